@@ -1,0 +1,109 @@
+// Argument checks shared by the CPU and CUDA implementations of every op. Each failure names
+// the argument and says what was expected, so a bad call never turns into a crash or a silent
+// wrong answer.
+#pragma once
+#include <torch/all.h>
+#include "pattern.h"
+
+namespace nmspmm {
+
+inline void check_pattern(int64_t N, int64_t M, int64_t L) {
+  TORCH_CHECK(supported_M(M), "nmspmm: M must be a power of two in [2, ", kMaxM, "], got M=", M);
+  TORCH_CHECK(N >= 1 && N <= M, "nmspmm: N must satisfy 1 <= N <= M, got N=", N, ", M=", M);
+  TORCH_CHECK(supported_L(L), "nmspmm: L must be a power of two in [1, ", kMaxL, "], got L=", L);
+}
+
+inline bool is_float_type(at::ScalarType t) {
+  return t == at::kFloat || t == at::kHalf || t == at::kBFloat16;
+}
+
+// weight[out, in] in nn.Linear layout.
+inline void check_weight(const at::Tensor& weight, int64_t N, int64_t M, int64_t L) {
+  check_pattern(N, M, L);
+  TORCH_CHECK(weight.dim() == 2, "nmspmm: weight must be 2-D [out_features, in_features], got ",
+              weight.dim(), "-D");
+  TORCH_CHECK(is_float_type(weight.scalar_type()),
+              "nmspmm: weight must be float32, float16 or bfloat16, got ", weight.scalar_type());
+  TORCH_CHECK(weight.size(1) % M == 0, "nmspmm: weight in_features (", weight.size(1),
+              ") must be divisible by M=", M);
+  TORCH_CHECK(weight.size(0) % L == 0, "nmspmm: weight out_features (", weight.size(0),
+              ") must be divisible by L=", L);
+}
+
+// values[w, out] and indices[w, out/L] of the compressed format; returns in_features.
+inline int64_t check_compressed(const at::Tensor& values, const at::Tensor& indices, int64_t N,
+                                int64_t M, int64_t L) {
+  check_pattern(N, M, L);
+  TORCH_CHECK(values.dim() == 2, "nmspmm: values must be 2-D [in*N/M, out], got ", values.dim(),
+              "-D");
+  TORCH_CHECK(is_float_type(values.scalar_type()),
+              "nmspmm: values must be float32, float16 or bfloat16, got ", values.scalar_type());
+  TORCH_CHECK(indices.dim() == 2, "nmspmm: indices must be 2-D [in*N/M, out/L], got ",
+              indices.dim(), "-D");
+  TORCH_CHECK(indices.scalar_type() == at::kByte, "nmspmm: indices must be uint8, got ",
+              indices.scalar_type());
+  TORCH_CHECK(values.device() == indices.device(), "nmspmm: indices is on ", indices.device(),
+              " but values is on ", values.device());
+  const int64_t w = values.size(0), out = values.size(1);
+  TORCH_CHECK(w % N == 0, "nmspmm: values.size(0)=", w, " is not a multiple of N=", N,
+              " (expected in_features*N/M rows)");
+  TORCH_CHECK(out % L == 0, "nmspmm: values.size(1)=", out, " (out_features) must be divisible by L=",
+              L);
+  TORCH_CHECK(indices.size(0) == w && indices.size(1) == out / L, "nmspmm: indices must have shape [",
+              w, ", ", out / L, "] to match values ", values.sizes(), " and L=", L, ", got ",
+              indices.sizes());
+  return w / N * M;
+}
+
+// col_info[n_tiles, k_blocks, kPackKBlock] (uint8) and packed_indices[w, out/L] (uint8).
+inline void check_col_info(const at::Tensor& col_info, const at::Tensor& packed_indices,
+                           const at::Tensor& indices, int64_t N, int64_t M, int64_t in_features,
+                           int64_t out_features) {
+  const int64_t n_tiles = (out_features + kPackTileN - 1) / kPackTileN;
+  const int64_t k_blocks = (in_features + kPackKBlock - 1) / kPackKBlock;
+  TORCH_CHECK(col_info.scalar_type() == at::kByte && col_info.dim() == 3 &&
+                  col_info.size(0) == n_tiles && col_info.size(1) == k_blocks &&
+                  col_info.size(2) == kPackKBlock,
+              "nmspmm: col_info must be uint8 of shape [", n_tiles, ", ", k_blocks, ", ", kPackKBlock,
+              "] (from nmspmm.col_info(indices, N, M, L)), got ", col_info.scalar_type(), " ",
+              col_info.sizes());
+  TORCH_CHECK(packed_indices.scalar_type() == at::kByte && packed_indices.sizes() == indices.sizes(),
+              "nmspmm: packed_indices must be uint8 with the shape of indices ", indices.sizes(),
+              ", got ", packed_indices.scalar_type(), " ", packed_indices.sizes());
+  TORCH_CHECK(col_info.device() == indices.device() && packed_indices.device() == indices.device(),
+              "nmspmm: col_info and packed_indices must be on the device of indices (",
+              indices.device(), ")");
+  (void)N;
+  (void)M;
+}
+
+// x[..., in], bias[out]; returns in_features.
+inline void check_spmm_inputs(const at::Tensor& x, const at::Tensor& values,
+                              const std::optional<at::Tensor>& bias, int64_t in_features) {
+  TORCH_CHECK(x.dim() >= 1, "nmspmm: x must have at least one dimension [..., in_features]");
+  TORCH_CHECK(is_float_type(x.scalar_type()), "nmspmm: x must be float32, float16 or bfloat16, got ",
+              x.scalar_type());
+  TORCH_CHECK(x.scalar_type() == values.scalar_type(), "nmspmm: x has dtype ", x.scalar_type(),
+              " but the packed weight values have dtype ", values.scalar_type());
+  TORCH_CHECK(x.device() == values.device(), "nmspmm: x is on ", x.device(),
+              " but the packed weight is on ", values.device());
+  TORCH_CHECK(x.size(-1) == in_features, "nmspmm: x.shape[-1]=", x.size(-1),
+              " does not match the packed weight's in_features=", in_features);
+  if (bias.has_value()) {
+    const auto& b = *bias;
+    TORCH_CHECK(b.dim() == 1 && b.size(0) == values.size(1), "nmspmm: bias must have shape [",
+                values.size(1), "], got ", b.sizes());
+    TORCH_CHECK(b.scalar_type() == x.scalar_type(), "nmspmm: bias has dtype ", b.scalar_type(),
+                " but x has dtype ", x.scalar_type());
+    TORCH_CHECK(b.device() == x.device(), "nmspmm: bias is on ", b.device(), " but x is on ",
+                x.device());
+  }
+}
+
+inline std::vector<int64_t> spmm_out_shape(const at::Tensor& x, int64_t out_features) {
+  auto s = x.sizes().vec();
+  s.back() = out_features;
+  return s;
+}
+
+}  // namespace nmspmm
