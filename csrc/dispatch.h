@@ -47,8 +47,8 @@ inline bool kernel_supports(int kernel, int64_t m, int64_t N, int64_t M, int64_t
   (void)N;
   if (kernel == kGeneric) return true;
   if (kernel == kDecode) return L >= 4 && m <= 16;
-  if (is_tiled_kernel(kernel)) return L >= 4 && M <= 64;
-  if (is_packed_kernel(kernel)) return L >= 4 && M <= kPackKBlock && has_col_info;
+  if (is_tiled_kernel(kernel)) return L >= 16 && M <= 64;
+  if (is_packed_kernel(kernel)) return L >= 16 && M <= kPackKBlock && has_col_info;
   return false;
 }
 
@@ -65,7 +65,7 @@ inline int ceil_div_i(int64_t a, int64_t b) { return static_cast<int>((a + b - 1
 inline Plan choose_plan(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, int64_t L,
                         bool has_col_info, int num_sms) {
   if (num_sms <= 0) num_sms = 132;
-  if (L < 4) return {kGeneric, 1};
+  if (L < 4 || (L < 16 && m > 16)) return {kGeneric, 1};
   if (m <= 16) {
     // Decode: enough blocks to keep every SM streaming the weight.
     const int col_blocks = ceil_div_i(n, 128);

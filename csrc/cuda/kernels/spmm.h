@@ -1,0 +1,30 @@
+// Torch-free C++ entry points of the SpMM kernels: raw pointers, sizes, a CUDA stream and an
+// error code. The op binding (csrc/cuda/spmm_ops.cu) is the only caller.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace nmspmm {
+namespace kernels {
+
+struct SpmmParams {
+  const float* x;            // [m, k], row stride ldx, unit column stride
+  int64_t ldx;
+  const float* values;       // [w, n], w = k*N/M, 16-byte aligned
+  const uint8_t* indices;    // [w, n/L]: in-window positions (or packed slots, packed kernels)
+  const uint8_t* col_info;   // [ceil(n/128), ceil(k/64), 64] (packed kernels only)
+  const float* bias;         // [n] or nullptr
+  float* y;                  // [m, n]
+  float* workspace;          // [split_k, m, n] when split_k > 1
+  int64_t m, n, k;
+  int N, M, L;
+  int split_k;
+};
+
+// Runs kernel `kernel` (a KernelId from csrc/dispatch.h) with p.split_k splits of k.
+// Returns cudaErrorInvalidValue for a kernel that cannot run this pattern, else the launch status.
+cudaError_t launch_spmm(const SpmmParams& p, int kernel, cudaStream_t stream);
+
+}  // namespace kernels
+}  // namespace nmspmm

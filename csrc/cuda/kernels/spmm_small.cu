@@ -1,0 +1,220 @@
+// SpMM kernels outside the tiled family, and the launcher that dispatches a KernelId:
+//  * decode (m <= 16): memory-bound; streams the compressed weight once with 16-byte loads,
+//    the k dimension split over blocks (and over the warps of a block), x staged in shared memory;
+//  * generic: any pattern (L = 1, 2, ...): one thread per output column and 4 rows;
+//  * reduce_splits: the fixed-order split-K reduction (+ bias) that keeps results deterministic.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "../../dispatch.h"
+#include "spmm.h"
+#include "spmm_tiled.h"
+
+namespace nmspmm {
+namespace kernels {
+
+namespace {
+
+constexpr int kDecodeWarps = 4;
+constexpr int kDecodeCols = 128;      // output columns per block (32 lanes x 4)
+constexpr int kDecodeXCols = 512;     // dense inputs of x staged per chunk
+
+template <int MR>
+__global__ void __launch_bounds__(kDecodeWarps * 32)
+    spmm_decode_kernel(const SpmmParams p) {
+  // x chunk [MR][kDecodeXCols]; reused for the cross-warp reduction [warps][MR][128].
+  static_assert(kDecodeWarps * kDecodeCols <= kDecodeXCols, "reduction buffer must fit");
+  __shared__ float4 smem_f4[MR * kDecodeXCols / 4];
+  float* const xs = reinterpret_cast<float*>(smem_f4);
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int64_t n = p.n, k = p.k, m = p.m;
+  const int N = p.N, M = p.M, L = p.L;
+  const int64_t q = n / L;
+  const int64_t col = static_cast<int64_t>(blockIdx.x) * kDecodeCols + lane * 4;
+  const bool col_ok = col < n;
+  const int64_t v = col_ok ? col / L : 0;
+
+  const int64_t windows = k / M;
+  const int64_t g_begin = windows * blockIdx.y / gridDim.y;
+  const int64_t g_end = windows * (blockIdx.y + 1) / gridDim.y;
+  const int64_t chunk_windows = kDecodeXCols / M;
+
+  float acc[MR][4];
+#pragma unroll
+  for (int i = 0; i < MR; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) acc[i][j] = 0.f;
+
+  for (int64_t gc = g_begin; gc < g_end; gc += chunk_windows) {
+    const int64_t ge = gc + chunk_windows < g_end ? gc + chunk_windows : g_end;
+    const int ncols = static_cast<int>((ge - gc) * M);
+    __syncthreads();
+    for (int e = tid; e < MR * ncols; e += blockDim.x) {
+      const int i = e / ncols, c = e % ncols;
+      xs[i * kDecodeXCols + c] = i < m ? __ldg(p.x + i * p.ldx + gc * M + c) : 0.f;
+    }
+    __syncthreads();
+    if (!col_ok) continue;
+    for (int64_t g = gc + warp; g < ge; g += kDecodeWarps) {
+      const int cbase = static_cast<int>((g - gc) * M);
+      const int64_t u0 = g * N;
+#pragma unroll 4
+      for (int s = 0; s < N; ++s) {
+        const int64_t u = u0 + s;
+        const float4 b = __ldcs(reinterpret_cast<const float4*>(p.values + u * n + col));
+        const int c = cbase + __ldg(p.indices + u * q + v);
+#pragma unroll
+        for (int i = 0; i < MR; ++i) {
+          const float a = xs[i * kDecodeXCols + c];
+          acc[i][0] = fmaf(a, b.x, acc[i][0]);
+          acc[i][1] = fmaf(a, b.y, acc[i][1]);
+          acc[i][2] = fmaf(a, b.z, acc[i][2]);
+          acc[i][3] = fmaf(a, b.w, acc[i][3]);
+        }
+      }
+    }
+  }
+
+  // Reduce the warps' partial sums in fixed order.
+  __syncthreads();
+  float* red = xs;
+#pragma unroll
+  for (int i = 0; i < MR; ++i)
+    *reinterpret_cast<float4*>(red + (warp * MR + i) * kDecodeCols + lane * 4) =
+        make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
+  __syncthreads();
+  const bool split = gridDim.y > 1;
+  float* out = split ? p.workspace + static_cast<int64_t>(blockIdx.y) * m * n : p.y;
+  for (int e = tid; e < MR * kDecodeCols; e += blockDim.x) {
+    const int i = e / kDecodeCols, cl = e % kDecodeCols;
+    const int64_t c = static_cast<int64_t>(blockIdx.x) * kDecodeCols + cl;
+    if (i >= m || c >= n) continue;
+    float s = 0.f;
+#pragma unroll
+    for (int w = 0; w < kDecodeWarps; ++w) s += red[(w * MR + i) * kDecodeCols + cl];
+    if (!split && p.bias != nullptr) s += p.bias[c];
+    out[i * n + c] = s;
+  }
+}
+
+constexpr int kGenericCols = 128;
+constexpr int kGenericRows = 4;
+
+// Any N:M:L. Thread = one output column x kGenericRows rows; reads values coalesced along n and
+// gathers x through the read-only cache.
+__global__ void __launch_bounds__(kGenericCols) spmm_generic_kernel(const SpmmParams p) {
+  const int64_t n = p.n, k = p.k, m = p.m;
+  const int N = p.N, M = p.M, L = p.L;
+  const int64_t q = n / L;
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * kGenericCols + threadIdx.x;
+  const int64_t i0 = static_cast<int64_t>(blockIdx.y) * kGenericRows;
+  if (j >= n) return;
+  const int64_t v = j / L;
+  const float* xr[kGenericRows];
+#pragma unroll
+  for (int r = 0; r < kGenericRows; ++r) xr[r] = p.x + (i0 + r < m ? i0 + r : i0) * p.ldx;
+  float acc[kGenericRows] = {};
+  const int64_t windows = k / M;
+  for (int64_t g = 0; g < windows; ++g) {
+    for (int s = 0; s < N; ++s) {
+      const int64_t u = g * N + s;
+      const float b = __ldg(p.values + u * n + j);
+      const int64_t c = g * M + __ldg(p.indices + u * q + v);
+#pragma unroll
+      for (int r = 0; r < kGenericRows; ++r) acc[r] = fmaf(__ldg(xr[r] + c), b, acc[r]);
+    }
+  }
+  const float bias = p.bias != nullptr ? p.bias[j] : 0.f;
+#pragma unroll
+  for (int r = 0; r < kGenericRows; ++r)
+    if (i0 + r < m) p.y[(i0 + r) * n + j] = acc[r] + bias;
+}
+
+// y = sum_{z < splits} workspace[z] (+ bias), in fixed z order. n % 4 == 0.
+__global__ void reduce_splits_kernel(const float* __restrict__ ws, int splits, int64_t mn, int64_t n,
+                                     const float* __restrict__ bias, float* __restrict__ y) {
+  const int64_t e = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * 4;
+  if (e >= mn) return;
+  float4 s = *reinterpret_cast<const float4*>(ws + e);
+  for (int z = 1; z < splits; ++z) {
+    const float4 t = *reinterpret_cast<const float4*>(ws + z * mn + e);
+    s.x += t.x; s.y += t.y; s.z += t.z; s.w += t.w;
+  }
+  if (bias != nullptr) {
+    const float4 b = *reinterpret_cast<const float4*>(bias + e % n);
+    s.x += b.x; s.y += b.y; s.z += b.z; s.w += b.w;
+  }
+  *reinterpret_cast<float4*>(y + e) = s;
+}
+
+template <int MR>
+cudaError_t launch_decode(const SpmmParams& p, cudaStream_t stream) {
+  const int64_t blocks_n = (p.n + kDecodeCols - 1) / kDecodeCols;
+  if (blocks_n > 0x7fffffff || p.split_k > 65535) return cudaErrorInvalidConfiguration;
+  dim3 grid(static_cast<unsigned>(blocks_n), static_cast<unsigned>(p.split_k));
+  spmm_decode_kernel<MR><<<grid, kDecodeWarps * 32, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+template <int BM, int BN, int TM, int KB, bool PACKED>
+cudaError_t launch_tiled_any_l(const SpmmParams& p, cudaStream_t stream) {
+  if (p.L >= 32) return launch_tiled<TiledConfig<BM, BN, TM, KB, PACKED, true>>(p, stream);
+  return launch_tiled<TiledConfig<BM, BN, TM, KB, PACKED, false>>(p, stream);
+}
+
+template <int BM, int BN, int TM>
+cudaError_t launch_nonpacked(const SpmmParams& p, cudaStream_t stream) {
+  if (p.M <= 32) return launch_tiled_any_l<BM, BN, TM, 32, false>(p, stream);
+  return launch_tiled_any_l<BM, BN, TM, 64, false>(p, stream);
+}
+
+}  // namespace
+
+cudaError_t launch_spmm(const SpmmParams& p, int kernel, cudaStream_t stream) {
+  if (!kernel_supports(kernel, p.m, p.N, p.M, p.L, p.col_info != nullptr)) return cudaErrorInvalidValue;
+  if (p.split_k < 1 || (p.split_k > 1 && p.workspace == nullptr)) return cudaErrorInvalidValue;
+  if ((is_tiled_kernel(kernel) || is_packed_kernel(kernel)) && p.L < 16) return cudaErrorInvalidValue;
+  if (p.m == 0 || p.n == 0) return cudaSuccess;
+  cudaError_t err = cudaSuccess;
+  bool uses_split = p.split_k > 1;
+  switch (kernel) {
+    case kGeneric: {
+      uses_split = false;
+      const int64_t bx = (p.n + kGenericCols - 1) / kGenericCols;
+      const int64_t by = (p.m + kGenericRows - 1) / kGenericRows;
+      if (bx > 0x7fffffff || by > 65535) return cudaErrorInvalidConfiguration;
+      spmm_generic_kernel<<<dim3(static_cast<unsigned>(bx), static_cast<unsigned>(by)), kGenericCols, 0,
+                            stream>>>(p);
+      err = cudaGetLastError();
+      break;
+    }
+    case kDecode:
+      if (p.m <= 1) err = launch_decode<1>(p, stream);
+      else if (p.m <= 2) err = launch_decode<2>(p, stream);
+      else if (p.m <= 4) err = launch_decode<4>(p, stream);
+      else if (p.m <= 8) err = launch_decode<8>(p, stream);
+      else err = launch_decode<16>(p, stream);
+      break;
+    case kTiled128x128: err = launch_nonpacked<128, 128, 8>(p, stream); break;
+    case kTiled64x128: err = launch_nonpacked<64, 128, 8>(p, stream); break;
+    case kTiled32x128: err = launch_nonpacked<32, 128, 4>(p, stream); break;
+    case kTiled64x64: err = launch_nonpacked<64, 64, 8>(p, stream); break;
+    case kPacked128x128: err = launch_tiled_any_l<128, 128, 8, 64, true>(p, stream); break;
+    case kPacked64x128: err = launch_tiled_any_l<64, 128, 8, 64, true>(p, stream); break;
+    case kPacked32x128: err = launch_tiled_any_l<32, 128, 4, 64, true>(p, stream); break;
+    default: return cudaErrorInvalidValue;
+  }
+  if (err != cudaSuccess || !uses_split) return err;
+  const int64_t mn = p.m * p.n;
+  const int threads = 256;
+  const int64_t blocks = (mn / 4 + threads - 1) / threads;
+  if (blocks > 0x7fffffff) return cudaErrorInvalidConfiguration;
+  reduce_splits_kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(
+      p.workspace, p.split_k, mn, p.n, p.bias, p.y);
+  return cudaGetLastError();
+}
+
+}  // namespace kernels
+}  // namespace nmspmm

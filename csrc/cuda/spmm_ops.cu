@@ -1,0 +1,131 @@
+// CUDA binding of nmspmm::spmm and nmspmm::spmm_with_plan: checks the arguments, turns tensors
+// into pointers, asks the heuristic (csrc/dispatch.h) for a plan and launches the torch-free
+// kernels (csrc/cuda/kernels) on the current stream. Nothing here synchronizes; the only
+// allocations are the output and, for split-K, a workspace, both from PyTorch's caching
+// allocator (so the op is CUDA-graph capturable).
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/all.h>
+
+#include "../checks.h"
+#include "../dispatch.h"
+#include "kernels/spmm.h"
+
+namespace nmspmm {
+
+namespace {
+
+int sm_count(int device) {
+  constexpr int kMaxDevices = 64;
+  static int cache[kMaxDevices] = {};
+  if (device < 0 || device >= kMaxDevices) return 132;
+  if (cache[device] == 0) {
+    int v = 0;
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, device));
+    cache[device] = v;
+  }
+  return cache[device];
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// kernel < 0: heuristic.
+at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const at::Tensor& indices,
+                          int64_t N, int64_t M, int64_t L, const std::optional<at::Tensor>& bias,
+                          const std::optional<at::Tensor>& col_info,
+                          const std::optional<at::Tensor>& packed_indices, int64_t kernel,
+                          int64_t split_k) {
+  const int64_t in = check_compressed(values, indices, N, M, L);
+  check_spmm_inputs(x, values, bias, in);
+  TORCH_CHECK(values.is_cuda(), "nmspmm.spmm: values must be a CUDA tensor here");
+  TORCH_CHECK(col_info.has_value() == packed_indices.has_value(),
+              "nmspmm.spmm: col_info and packed_indices must be given together");
+  const bool has_col_info = col_info.has_value();
+  if (has_col_info) check_col_info(*col_info, *packed_indices, indices, N, M, in, values.size(1));
+  const c10::cuda::CUDAGuard guard(x.device());
+
+  const int64_t out = values.size(1);
+  const auto out_shape = spmm_out_shape(x, out);
+  // The kernels compute in float32; half-precision inputs are upcast (tensor-core kernels are
+  // the next step, see docs/kernels.md).
+  const at::ScalarType dtype = x.scalar_type();
+  at::Tensor x2 = x.reshape({-1, in});
+  if (dtype != at::kFloat) x2 = x2.to(at::kFloat);
+  if (x2.stride(1) != 1 || (x2.size(0) > 1 && x2.stride(0) < in)) x2 = x2.contiguous();
+  at::Tensor vals = values.to(at::kFloat).contiguous();
+  if (!aligned16(vals.data_ptr())) vals = vals.clone();
+  at::Tensor b;
+  if (bias.has_value()) {
+    b = bias->to(at::kFloat).contiguous();
+    if (!aligned16(b.data_ptr())) b = b.clone();
+  }
+  const int64_t m = x2.size(0);
+  at::Tensor y = at::empty({m, out}, x.options().dtype(at::kFloat));
+  if (m == 0 || out == 0) return y.to(dtype).reshape(out_shape);
+
+  Plan plan;
+  if (kernel < 0) {
+    plan = choose_plan(m, out, in, N, M, L, has_col_info, sm_count(x.get_device()));
+  } else {
+    TORCH_CHECK(kernel < kNumKernels, "nmspmm.spmm_with_plan: unknown kernel ", kernel);
+    TORCH_CHECK(split_k >= 1 && split_k <= 64, "nmspmm.spmm_with_plan: split_k must be in [1, 64], got ",
+                split_k);
+    TORCH_CHECK(kernel_supports(static_cast<int>(kernel), m, N, M, L, has_col_info),
+                "nmspmm.spmm_with_plan: kernel ", kernel, " cannot run m=", m, " with pattern ", N, ":",
+                M, " L=", L, has_col_info ? "" : " without col_info");
+    plan = {static_cast<int>(kernel), static_cast<int>(split_k)};
+  }
+  if (plan.kernel == kGeneric) plan.split_k = 1;
+
+  const at::Tensor idx = (is_packed_kernel(plan.kernel) ? *packed_indices : indices).contiguous();
+  const at::Tensor cols = has_col_info ? col_info->contiguous() : at::Tensor();
+  at::Tensor workspace;
+  if (plan.split_k > 1) workspace = at::empty({plan.split_k, m, out}, y.options());
+
+  kernels::SpmmParams p{};
+  p.x = x2.data_ptr<float>();
+  p.ldx = x2.size(0) > 1 ? x2.stride(0) : in;
+  p.values = vals.data_ptr<float>();
+  p.indices = idx.data_ptr<uint8_t>();
+  p.col_info = has_col_info ? cols.data_ptr<uint8_t>() : nullptr;
+  p.bias = b.defined() ? b.data_ptr<float>() : nullptr;
+  p.y = y.data_ptr<float>();
+  p.workspace = workspace.defined() ? workspace.data_ptr<float>() : nullptr;
+  p.m = m;
+  p.n = out;
+  p.k = in;
+  p.N = static_cast<int>(N);
+  p.M = static_cast<int>(M);
+  p.L = static_cast<int>(L);
+  p.split_k = plan.split_k;
+  const cudaError_t err = kernels::launch_spmm(p, plan.kernel, c10::cuda::getCurrentCUDAStream());
+  TORCH_CHECK(err == cudaSuccess, "nmspmm.spmm: kernel ", plan.kernel, " (split_k=", plan.split_k,
+              ") failed for m=", m, " n=", out, " k=", in, ": ", cudaGetErrorString(err));
+  if (dtype != at::kFloat) y = y.to(dtype);
+  return y.reshape(out_shape);
+}
+
+at::Tensor spmm_cuda(const at::Tensor& x, const at::Tensor& values, const at::Tensor& indices, int64_t N,
+                     int64_t M, int64_t L, const std::optional<at::Tensor>& bias,
+                     const std::optional<at::Tensor>& col_info,
+                     const std::optional<at::Tensor>& packed_indices) {
+  return spmm_cuda_impl(x, values, indices, N, M, L, bias, col_info, packed_indices, -1, 1);
+}
+
+at::Tensor spmm_with_plan_cuda(const at::Tensor& x, const at::Tensor& values, const at::Tensor& indices,
+                               int64_t N, int64_t M, int64_t L, const std::optional<at::Tensor>& bias,
+                               const std::optional<at::Tensor>& col_info,
+                               const std::optional<at::Tensor>& packed_indices, int64_t kernel,
+                               int64_t split_k) {
+  TORCH_CHECK(kernel >= 0, "nmspmm.spmm_with_plan: kernel must be >= 0, got ", kernel);
+  return spmm_cuda_impl(x, values, indices, N, M, L, bias, col_info, packed_indices, kernel, split_k);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(nmspmm, CUDA, m) {
+  m.impl("spmm", &spmm_cuda);
+  m.impl("spmm_with_plan", &spmm_with_plan_cuda);
+}
+
+}  // namespace nmspmm
