@@ -1,0 +1,389 @@
+"""Module-level API: :class:`NMLinear`, a drop-in replacement for ``nn.Linear`` holding an N:M
+compressed weight, and :func:`sparsify_`, which swaps the projections of a model in place.
+
+State of an :class:`NMLinear`:
+
+* ``values``  [in*N/M, out] (the layer's dtype) and ``indices`` [in*N/M, out/L] (uint8):
+  persistent buffers, the only weight state in ``state_dict()`` (no dense copy).
+* ``bias`` [out]: an ordinary ``nn.Parameter`` (or None), as in ``nn.Linear``.
+* ``col_info`` and ``packed_indices``: non-persistent buffers derived from ``indices`` by
+  ``torch.ops.nmspmm.col_info``. They are rebuilt whenever a state dict is loaded and follow the
+  module on ``.to()``/``.cuda()``; they are never saved and never a second source of truth.
+
+The sparse weight is frozen (buffers take no gradient); gradients flow to the input and bias.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import warnings
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Tuple
+
+import torch
+from torch import nn
+
+from ._ops import ops
+from .format import NMWeight
+
+__all__ = ["NMLinear", "sparsify_", "sparsify_report", "SparsifyReport", "LayerReport",
+           "DEFAULT_TARGETS", "sparse_metadata"]
+
+logger = logging.getLogger("nmspmm")
+
+# Leaf names of the projections swapped by default (HF Llama/Mistral/Qwen; PEFT's usual
+# target_modules). lm_head and embeddings are never swapped.
+DEFAULT_TARGETS = frozenset({"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"})
+
+_SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+# Key under which NMLinear records its pattern in the state dict's per-module metadata
+# (``state_dict()._metadata[prefix]``, which torch.save keeps); checked on load.
+_PATTERN_KEY = "nmspmm_pattern"
+
+
+def _is_pow2(v: int) -> bool:
+    return v > 0 and (v & (v - 1)) == 0
+
+
+def _check_pattern(N: int, M: int, L: int) -> None:
+    """Mirror of csrc/checks.h::check_pattern, raised as ValueError before any work is done."""
+    for name, v in (("N", N), ("M", M), ("L", L)):
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise TypeError(f"nmspmm: {name} must be an int, got {type(v).__name__}")
+    if not (_is_pow2(M) and 2 <= M <= 64):
+        raise ValueError(f"nmspmm: M must be a power of two in [2, 64], got M={M}")
+    if not 1 <= N <= M:
+        raise ValueError(f"nmspmm: N must satisfy 1 <= N <= M, got N={N}, M={M}")
+    if not (_is_pow2(L) and L <= 128):
+        raise ValueError(f"nmspmm: L must be a power of two in [1, 128], got L={L}")
+
+
+def _shape_problem(in_features: int, out_features: int, M: int, L: int) -> Optional[str]:
+    problems = []
+    if in_features % M:
+        problems.append(f"in_features={in_features} % M={M} != 0")
+    if out_features % L:
+        problems.append(f"out_features={out_features} % L={L} != 0")
+    return ", ".join(problems) or None
+
+
+def _record_pattern(module: "NMLinear", state_dict, prefix, local_metadata) -> None:
+    local_metadata[_PATTERN_KEY] = f"{module.N}:{module.M}:{module.L}"
+
+
+class NMLinear(nn.Module):
+    """``y = x @ W.T + b`` with ``W[out, in]`` stored under vector-wise N:M sparsity.
+
+    ``NMLinear(in_features, out_features, N, M, L)`` builds an *empty* layer (zero values, valid
+    indices) with the buffer shapes of the pattern, ready for ``load_state_dict``; use
+    :meth:`from_dense` to prune and compress an ``nn.Linear``.
+
+    ``forward`` accepts ``x[..., in_features]`` in float32, float16 or bfloat16. If ``x`` has a
+    different dtype than the layer (``values``), it is cast to the layer's dtype and the result is
+    cast back to ``x``'s dtype. The CUDA kernels compute in float32 (half inputs are upcast inside).
+    """
+
+    def __init__(self, in_features: int, out_features: int, N: int, M: int, L: int,
+                 bias: bool = True, device=None, dtype=None) -> None:
+        super().__init__()
+        _check_pattern(N, M, L)
+        problem = _shape_problem(in_features, out_features, M, L)
+        if problem:
+            raise ValueError(f"nmspmm.NMLinear: shape [{out_features}, {in_features}] does not fit "
+                             f"{N}:{M} with L={L}: {problem}")
+        dtype = torch.get_default_dtype() if dtype is None else dtype
+        if dtype not in _SUPPORTED_DTYPES:
+            raise TypeError(f"nmspmm.NMLinear: dtype must be float32, float16 or bfloat16, got {dtype}")
+        self.in_features = in_features
+        self.out_features = out_features
+        self.N, self.M, self.L = N, M, L
+        rows = in_features // M * N
+        # An all-zero weight with valid indices: window g keeps positions 0..N-1.
+        self.register_buffer("values", torch.zeros(rows, out_features, device=device, dtype=dtype))
+        positions = torch.arange(N, device=device, dtype=torch.uint8).repeat(in_features // M)
+        self.register_buffer("indices", positions[:, None].expand(rows, out_features // L).contiguous())
+        self.register_buffer("col_info", None, persistent=False)
+        self.register_buffer("packed_indices", None, persistent=False)
+        if bias:
+            self.bias = nn.Parameter(torch.zeros(out_features, device=device, dtype=dtype))
+        else:
+            self.register_parameter("bias", None)
+        self.register_state_dict_post_hook(_record_pattern)
+        self.rebuild_metadata()
+
+    # ----------------------------------------------------------------------------- construction
+    @classmethod
+    def from_packed(cls, packed: NMWeight, bias: Optional[torch.Tensor] = None) -> "NMLinear":
+        """Wrap an :class:`NMWeight` (and optional bias[out]) without copying it."""
+        out_features, in_features = packed.shape
+        layer = cls(in_features, out_features, packed.N, packed.M, packed.L, bias=bias is not None,
+                    device="meta", dtype=packed.values.dtype)
+        if tuple(packed.values.shape) != tuple(layer.values.shape) or \
+                tuple(packed.indices.shape) != tuple(layer.indices.shape):
+            raise ValueError(f"nmspmm.NMLinear.from_packed: values {tuple(packed.values.shape)} / "
+                             f"indices {tuple(packed.indices.shape)} do not match shape {packed.shape} "
+                             f"and {packed.N}:{packed.M}, L={packed.L}")
+        if packed.indices.dtype != torch.uint8:
+            raise TypeError(f"nmspmm.NMLinear.from_packed: indices must be uint8, got {packed.indices.dtype}")
+        layer.values = packed.values.detach()
+        layer.indices = packed.indices.detach()
+        if bias is not None:
+            layer.bias = nn.Parameter(bias.detach().clone(), requires_grad=bias.requires_grad)
+        if packed.col_info is not None and packed.packed_indices is not None:
+            layer.col_info, layer.packed_indices = packed.col_info, packed.packed_indices
+        else:
+            layer.rebuild_metadata()
+        return layer
+
+    @classmethod
+    def from_dense(cls, linear: nn.Linear, N: int, M: int, L: int,
+                   mask: Optional[torch.Tensor] = None) -> "NMLinear":
+        """Prune ``linear.weight`` (magnitude, ``nmspmm.prune``) or apply ``mask`` (bool [out, in],
+        vector-wise N:M), and compress it. The bias is copied; dtype and device are kept."""
+        _check_pattern(N, M, L)
+        weight = linear.weight.detach()
+        problem = _shape_problem(weight.shape[1], weight.shape[0], M, L)
+        if problem:
+            raise ValueError(f"nmspmm.NMLinear.from_dense: weight {tuple(weight.shape)} does not fit "
+                             f"{N}:{M} with L={L}: {problem}")
+        if mask is None:
+            mask = ops.prune(weight, N, M, L)
+        values, indices = ops.compress(weight, mask.to(device=weight.device, dtype=torch.bool), N, M, L)
+        packed = NMWeight(values, indices, N, M, L, (weight.shape[0], weight.shape[1]))
+        return cls.from_packed(packed, linear.bias)
+
+    # ---------------------------------------------------------------------------------- metadata
+    @torch.no_grad()
+    def rebuild_metadata(self) -> None:
+        """Recompute ``col_info``/``packed_indices`` from ``indices`` (done automatically on
+        construction and ``load_state_dict``; call it after editing ``indices`` in place)."""
+        self.col_info, self.packed_indices = ops.col_info(self.indices, self.N, self.M, self.L)
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
+                              unexpected_keys, error_msgs):
+        mine = f"{self.N}:{self.M}:{self.L}"
+        saved = local_metadata.get(_PATTERN_KEY)
+        if saved is not None and saved != mine:
+            error_msgs.append(f"nmspmm: {prefix or 'NMLinear'} was saved with N:M:L={saved} but this "
+                              f"layer is {mine}")
+            return
+        n_errors = len(error_msgs)
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys,
+                                      unexpected_keys, error_msgs)
+        if len(error_msgs) == n_errors:
+            self.rebuild_metadata()
+
+    def _apply(self, fn, recurse=True):
+        # nn.Module.to()/.half() only convert floating tensors, but .type() and custom fns convert
+        # everything: keep the uint8 index buffers uint8 (their values, < 256, survive any cast).
+        def keep_uint8(t):
+            r = fn(t)
+            if t.dtype == torch.uint8 and isinstance(r, torch.Tensor) and r.dtype != torch.uint8:
+                r = r.to(torch.uint8)
+            return r
+        return super()._apply(keep_uint8, recurse)
+
+    # ----------------------------------------------------------------------------------- compute
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = self.values.dtype
+        y = ops.spmm(x.to(dtype), self.values, self.indices, self.N, self.M, self.L, self.bias,
+                     self.col_info, self.packed_indices)
+        return y.to(x.dtype)
+
+    @property
+    def packed(self) -> NMWeight:
+        """The layer's weight as an :class:`NMWeight` (shares storage with the buffers)."""
+        return NMWeight(self.values, self.indices, self.N, self.M, self.L,
+                        (self.out_features, self.in_features), self.col_info, self.packed_indices)
+
+    @torch.no_grad()
+    def to_dense(self) -> torch.Tensor:
+        """The pruned dense weight [out, in] (zeros where pruned), in the layer's dtype."""
+        return ops.decompress(self.values, self.indices, self.N, self.M, self.L)
+
+    @property
+    def weight_nbytes(self) -> int:
+        """Bytes of the persistent state: values + indices (+ bias)."""
+        n = self.values.numel() * self.values.element_size() + self.indices.numel()
+        if self.bias is not None:
+            n += self.bias.numel() * self.bias.element_size()
+        return n
+
+    @property
+    def metadata_nbytes(self) -> int:
+        """Bytes of the derived packing metadata (col_info + packed_indices)."""
+        return self.col_info.numel() + self.packed_indices.numel()
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"N={self.N}, M={self.M}, L={self.L}, bias={self.bias is not None}, "
+                f"dtype={self.values.dtype}")
+
+
+# --------------------------------------------------------------------------------- sparsify_
+@dataclass
+class LayerReport:
+    fqn: str
+    in_features: int
+    out_features: int
+    dense_bytes: int     # weight + bias of the nn.Linear
+    sparse_bytes: int    # values + indices + bias of the NMLinear (its state_dict)
+    metadata_bytes: int  # col_info + packed_indices (derived, not saved)
+
+
+@dataclass
+class SparsifyReport:
+    """What :func:`sparsify_` did. Bytes count unique parameters + buffers."""
+    pattern: Tuple[int, int, int]
+    swapped: List[LayerReport] = field(default_factory=list)
+    skipped: List[Tuple[str, str]] = field(default_factory=list)  # (fqn, reason)
+    model_bytes_before: int = 0
+    model_bytes_after: int = 0
+
+    @property
+    def dense_bytes(self) -> int:
+        return sum(r.dense_bytes for r in self.swapped)
+
+    @property
+    def sparse_bytes(self) -> int:
+        return sum(r.sparse_bytes for r in self.swapped)
+
+    @property
+    def metadata_bytes(self) -> int:
+        return sum(r.metadata_bytes for r in self.swapped)
+
+    def __str__(self) -> str:
+        N, M, L = self.pattern
+        return (f"nmspmm.sparsify_ {N}:{M} L={L}: swapped {len(self.swapped)} Linear layers "
+                f"({self.dense_bytes} B dense -> {self.sparse_bytes} B compressed "
+                f"+ {self.metadata_bytes} B packing metadata), skipped {len(self.skipped)}; "
+                f"model parameters+buffers {self.model_bytes_before} B -> {self.model_bytes_after} B")
+
+
+def _tensor_bytes(model: nn.Module) -> int:
+    seen = set()
+    total = 0
+    for t in itertools.chain(model.parameters(), model.buffers()):
+        if id(t) in seen:
+            continue
+        seen.add(id(t))
+        total += t.numel() * t.element_size()
+    return total
+
+
+def _tied_linears(model: nn.Module) -> set:
+    """ids of modules whose weight is also owned by another module (e.g. lm_head tied to the
+    token embedding)."""
+    owners: Dict[int, set] = {}
+    for _, mod in model.named_modules(remove_duplicate=False):
+        for p in mod._parameters.values():
+            if p is not None:
+                owners.setdefault(id(p), set()).add(id(mod))
+    tied = set()
+    for _, mod in model.named_modules():
+        w = getattr(mod, "weight", None)
+        if isinstance(mod, nn.Linear) and isinstance(w, torch.Tensor) and len(owners.get(id(w), ())) > 1:
+            tied.add(id(mod))
+    return tied
+
+
+def sparsify_(model: nn.Module, N: int, M: int, L: int,
+              filter_fn: Optional[Callable[[nn.Module, str], bool]] = None, *,
+              empty: bool = False) -> nn.Module:
+    """Replace ``nn.Linear`` layers of ``model`` in place by :class:`NMLinear` and return ``model``.
+
+    filter_fn(module, fqn) -> bool picks the layers (default: leaf name in ``DEFAULT_TARGETS``).
+    lm_head (the model's output embedding), embeddings and Linears whose weight is tied to another
+    module are never swapped. Picked layers that do not fit the pattern (in_features % M or
+    out_features % L) are skipped with a single warning. With ``empty=True`` the layers are
+    swapped for empty NMLinear layers (no pruning), ready for ``load_state_dict`` of a sparse
+    checkpoint. The report is logged (logger "nmspmm", INFO) and kept: ``sparsify_report(model)``.
+    """
+    _check_pattern(N, M, L)
+    report = SparsifyReport(pattern=(N, M, L), model_bytes_before=_tensor_bytes(model))
+    never = set()
+    get_out = getattr(model, "get_output_embeddings", None)
+    if callable(get_out):
+        try:
+            out_emb = get_out()
+        except (NotImplementedError, AttributeError):
+            out_emb = None
+        if out_emb is not None:
+            never.add(id(out_emb))
+    tied = _tied_linears(model)
+
+    # Materialize the module list before swapping anything.
+    modules = list(model.named_modules())
+    replaced: Dict[int, nn.Module] = {}
+    for fqn, mod in modules:
+        if not isinstance(mod, nn.Linear):
+            continue
+        leaf = fqn.rsplit(".", 1)[-1]
+        picked = filter_fn(mod, fqn) if filter_fn is not None else leaf in DEFAULT_TARGETS
+        if not picked:
+            continue
+        if id(mod) in never or leaf == "lm_head":
+            report.skipped.append((fqn, "output embedding (lm_head) is never sparsified"))
+            continue
+        if id(mod) in tied:
+            report.skipped.append((fqn, "weight is tied to another module"))
+            continue
+        problem = _shape_problem(mod.in_features, mod.out_features, M, L)
+        if problem:
+            report.skipped.append((fqn, problem))
+            continue
+        if mod.weight.dtype not in _SUPPORTED_DTYPES:
+            report.skipped.append((fqn, f"dtype {mod.weight.dtype} is not float32/float16/bfloat16"))
+            continue
+        if empty:
+            new = NMLinear(mod.in_features, mod.out_features, N, M, L, bias=mod.bias is not None,
+                           device=mod.weight.device, dtype=mod.weight.dtype)
+        else:
+            new = NMLinear.from_dense(mod, N, M, L)
+        new.train(mod.training)
+        replaced[id(mod)] = new
+        dense = mod.weight.numel() * mod.weight.element_size()
+        if mod.bias is not None:
+            dense += mod.bias.numel() * mod.bias.element_size()
+        report.swapped.append(LayerReport(fqn, mod.in_features, mod.out_features, dense,
+                                          new.weight_nbytes, new.metadata_nbytes))
+
+    # Swap every reference (a module shared under several names is replaced everywhere).
+    for fqn, mod in list(model.named_modules(remove_duplicate=False)):
+        for child_name, child in list(mod._modules.items()):
+            if child is not None and id(child) in replaced:
+                setattr(mod, child_name, replaced[id(child)])
+
+    if report.skipped:
+        listing = "; ".join(f"{fqn} ({why})" for fqn, why in report.skipped)
+        warnings.warn(f"nmspmm.sparsify_: skipped {len(report.skipped)} layer(s) for {N}:{M} L={L}: "
+                      f"{listing}", stacklevel=2)
+    report.model_bytes_after = _tensor_bytes(model)
+    model._nmspmm_report = report
+    logger.info("%s", report)
+    for r in report.swapped:
+        logger.debug("nmspmm.sparsify_: %s [%d -> %d] %d B -> %d B", r.fqn, r.in_features,
+                     r.out_features, r.dense_bytes, r.sparse_bytes)
+    return model
+
+
+def sparsify_report(model: nn.Module) -> Optional[SparsifyReport]:
+    """The report of the last :func:`sparsify_` call on ``model`` (None if never sparsified)."""
+    return getattr(model, "_nmspmm_report", None)
+
+
+def sparse_metadata(model: nn.Module) -> Dict[str, str]:
+    """Text metadata describing the NMLinear layers of ``model``, for
+    ``safetensors.torch.save_file(model.state_dict(), path, metadata=sparse_metadata(model))``.
+
+    Keys: ``nmspmm_format`` ("1"), ``nmspmm_layers`` (JSON {fqn: [N, M, L]}) and, when every layer
+    shares one pattern, ``N``, ``M``, ``L``.
+    """
+    layers = {fqn: [m.N, m.M, m.L] for fqn, m in model.named_modules() if isinstance(m, NMLinear)}
+    meta = {"nmspmm_format": "1", "nmspmm_layers": json.dumps(layers, sort_keys=True)}
+    patterns = {tuple(p) for p in layers.values()}
+    if len(patterns) == 1:
+        (N, M, L), = patterns
+        meta.update(N=str(N), M=str(M), L=str(L))
+    return meta
