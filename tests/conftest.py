@@ -1,0 +1,147 @@
+"""Shared test set-up: offline Hugging Face, per-test seeds, the ``cuda`` marker, the ``device``
+fixture and small helpers (exposed as the ``nm`` fixture) that build random N:M weights and an
+independent plain-torch reference of the format.
+
+Every test gets its own seed, derived from its node id (so tests do not share random data but a
+failure reproduces exactly); set NMSPMM_TEST_SEED=<int> to shift all seeds and draw fresh data.
+"""
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import random  # noqa: E402
+import types  # noqa: E402
+import zlib  # noqa: E402
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+import nmspmm  # noqa: E402
+
+CUDA_OK = torch.cuda.is_available() and nmspmm.cuda_kernels_built()
+CUDA_SKIP_REASON = ("needs a CUDA GPU and nmspmm built with CUDA kernels "
+                    f"(torch.cuda.is_available()={torch.cuda.is_available()}, "
+                    f"nmspmm.cuda_kernels_built()={nmspmm.cuda_kernels_built()})")
+
+# The device parametrization every device-generic test uses: the same checks run on the GPU.
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "cuda: needs a CUDA GPU and the CUDA build (skipped otherwise)")
+
+
+def pytest_collection_modifyitems(config, items):
+    if CUDA_OK:
+        return
+    skip = pytest.mark.skip(reason=CUDA_SKIP_REASON)
+    for item in items:
+        if item.get_closest_marker("cuda") is not None:
+            item.add_marker(skip)
+
+
+def pytest_report_header(config):
+    return (f"nmspmm: torch {torch.__version__}, cuda_kernels_built={nmspmm.cuda_kernels_built()}, "
+            f"cuda available={torch.cuda.is_available()}")
+
+
+@pytest.fixture(autouse=True)
+def _seed(request):
+    seed = (zlib.crc32(request.node.nodeid.encode()) + int(os.environ.get("NMSPMM_TEST_SEED", "0"))) % 2**31
+    random.seed(seed)
+    torch.manual_seed(seed)  # seeds the CUDA generators too
+    try:
+        import numpy as np
+        np.random.seed(seed)
+    except ImportError:  # numpy is optional for the tests
+        pass
+    return seed
+
+
+@pytest.fixture(params=DEVICES)
+def device(request):
+    return torch.device(request.param)
+
+
+# ----------------------------------------------------------------------------------------------
+# Independent reference of the format, in plain torch (no nmspmm op is used here).
+
+
+def random_indices(in_features, out_features, N, M, L, device="cpu"):
+    """uint8 indices [in*N/M, out/L]: for each (window, vector) N distinct positions of 0..M-1,
+    drawn uniformly and sorted ascending."""
+    G, V = in_features // M, out_features // L
+    pos = torch.rand(G, V, M, device=device).argsort(dim=-1)[..., :N].sort(dim=-1).values  # [G, V, N]
+    return pos.permute(0, 2, 1).reshape(G * N, V).to(torch.uint8).contiguous()
+
+
+def random_packed(out_features, in_features, N, M, L, dtype=torch.float32, device="cpu"):
+    """(values, indices) of a random compressed weight with a random N:M pattern."""
+    indices = random_indices(in_features, out_features, N, M, L, device)
+    values = torch.randn(in_features // M * N, out_features, device=device).to(dtype)
+    return values, indices
+
+
+def ref_columns(indices, N, M, L):
+    """int64 [in*N/M, out]: the dense input column of every compressed value."""
+    w = indices.shape[0]
+    window_base = (torch.arange(w, device=indices.device) // N * M)[:, None]
+    return window_base + indices.long().repeat_interleave(L, dim=1)
+
+
+def ref_decompress(values, indices, N, M, L):
+    """Dense W[out, in] by scatter: W[j, (u // N) * M + indices[u, j // L]] = values[u, j]."""
+    w, out = values.shape
+    in_features = w // N * M
+    dense_t = torch.zeros(in_features, out, dtype=values.dtype, device=values.device)
+    dense_t.scatter_(0, ref_columns(indices, N, M, L), values)
+    return dense_t.t().contiguous()
+
+
+def ref_decompress_loops(values, indices, N, M, L):
+    """The same, with explicit Python loops (for tiny shapes): cross-checks ref_decompress."""
+    w, out = values.shape
+    dense = torch.zeros(out, w // N * M, dtype=values.dtype)
+    v, idx = values.cpu(), indices.cpu()
+    for u in range(w):
+        for j in range(out):
+            dense[j, (u // N) * M + int(idx[u, j // L])] = v[u, j]
+    return dense.to(values.device)
+
+
+def ref_spmm64(x, values, indices, N, M, L, bias=None):
+    """float64 x @ decompress(W).T (+ bias), and the scale |x| @ |W|.T (the largest partial-sum
+    magnitude, used to set absolute tolerances)."""
+    dense = ref_decompress(values.double(), indices, N, M, L)
+    x2 = x.double().reshape(-1, x.shape[-1])
+    y = x2 @ dense.t()
+    if bias is not None:
+        y = y + bias.double()
+    scale = (x2.abs() @ dense.abs().t()).max().item() if y.numel() else 0.0
+    if bias is not None and bias.numel():
+        scale += bias.double().abs().max().item()
+    return y.reshape(*x.shape[:-1], values.shape[1]), max(scale, 1e-30)
+
+
+def assert_close_to_ref(y, ref, scale, rtol, atol_rel, rel_norm=None):
+    """Elementwise |y - ref| <= atol_rel * scale + rtol * |ref| (every element, NaN fails) and,
+    if given, ||y - ref|| / ||ref|| < rel_norm."""
+    assert y.shape == ref.shape, (y.shape, ref.shape)
+    yd = y.double()
+    assert not torch.isnan(yd).any(), "output has NaN (unwritten or poisoned elements)"
+    torch.testing.assert_close(yd, ref, rtol=rtol, atol=atol_rel * scale, check_device=False)
+    if rel_norm is not None and ref.numel():
+        den = ref.norm().item()
+        if den > 0:
+            rel = (yd - ref).norm().item() / den
+            assert rel < rel_norm, f"relative error {rel:.3g} >= {rel_norm:g}"
+
+
+@pytest.fixture(scope="session")
+def nm():
+    """The helpers above, for tests: nm.random_packed(...), nm.ref_decompress(...), ..."""
+    return types.SimpleNamespace(
+        random_indices=random_indices, random_packed=random_packed, ref_columns=ref_columns,
+        ref_decompress=ref_decompress, ref_decompress_loops=ref_decompress_loops,
+        ref_spmm64=ref_spmm64, assert_close_to_ref=assert_close_to_ref, CUDA_OK=CUDA_OK)
