@@ -25,7 +25,7 @@ def make(n, k, N, M, L, device="cuda"):
     mask = torch.rand(n // L, k // M, M).argsort(-1).argsort(-1) < N  # random N:M pattern
     mask = mask.repeat_interleave(L, 0).reshape(n, k)
     p = nmspmm.compress(w, N, M, L, mask=mask)
-    return p.to(device)
+    return p.to(device), nmspmm.decompress(p).to(device)
 
 
 def run(x, p, kernel, split):
@@ -54,10 +54,10 @@ def check(args):
         for (N, M, L) in patterns:
             if k % M or n % L:
                 continue
-            p = make(n, k, N, M, L)
+            p, wd = make(n, k, N, M, L)
             x = torch.randn(m, k, device="cuda")
             bias = torch.randn(n, device="cuda")
-            ref = x.double() @ nmspmm.decompress(p).double().t()
+            ref = x.double() @ wd.double().t()
             for kernel in range(9):
                 if not supports(kernel, m, p):
                     continue
@@ -91,11 +91,10 @@ def perf(args):
     if args.quick:
         shapes = shapes[:2]
     decode = [(1, 4096, 4096), (8, 11008, 4096), (16, 4096, 14336)]
-    for (N, M, L) in [(16, 32, 32), (12, 32, 32), (8, 32, 32), (4, 32, 32)]:
-        for (m, n, k) in shapes + decode:
-            p = make(n, k, N, M, L)
+    for (N, M, L) in [(16, 32, 32), (12, 32, 32), (8, 32, 32), (4, 32, 32), (32, 64, 32), (16, 64, 32)]:
+        for (m, n, k) in (shapes + decode if M == 32 else shapes[:1]):
+            p, wd = make(n, k, N, M, L)
             x = torch.randn(m, k, device="cuda")
-            wd = nmspmm.decompress(p)
             t_dense = bench(lambda: torch.nn.functional.linear(x, wd))
             heur = ops.spmm_heuristic(m, n, k, N, M, L, True, sms)
             t_auto = bench(lambda: nmspmm.spmm(x, p))

@@ -205,39 +205,58 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
     const float* As = stage_ptr(it);
     const float* Bs = As + C::KB * C::AS;
     const int* Ds = reinterpret_cast<const int*>(Bs + wb * C::BN);
-#pragma unroll 2
-    for (int r = 0; r < wb; ++r) {
-      const int o0 = Ds[r * qt + t0];
-      const int o1 = C::UNIFORM ? o0 : Ds[r * qt + t1];
-      float a0[C::TM], a1[C::TM];
-      {
-        const float4 v = *reinterpret_cast<const float4*>(As + o0 + ti);
-        a0[0] = v.x; a0[1] = v.y; a0[2] = v.z; a0[3] = v.w;
-        if constexpr (C::TM == 8) {
-          const float4 u = *reinterpret_cast<const float4*>(As + o0 + ti + 32);
-          a0[4] = u.x; a0[5] = u.y; a0[6] = u.z; a0[7] = u.w;
-        }
+    // Software pipeline over the stage's compressed rows: gather offsets two rows ahead,
+    // fragments one row ahead, so no FMA waits on a shared-memory load.
+    float a0[C::TM], a1[C::TM], b[8];
+    auto load_frags = [&](int r, int o0, int o1) {
+      const float4 v = *reinterpret_cast<const float4*>(As + o0 + ti);
+      a0[0] = v.x; a0[1] = v.y; a0[2] = v.z; a0[3] = v.w;
+      if constexpr (C::TM == 8) {
+        const float4 u = *reinterpret_cast<const float4*>(As + o0 + ti + 32);
+        a0[4] = u.x; a0[5] = u.y; a0[6] = u.z; a0[7] = u.w;
       }
       if constexpr (!C::UNIFORM) {
-        const float4 v = *reinterpret_cast<const float4*>(As + o1 + ti);
-        a1[0] = v.x; a1[1] = v.y; a1[2] = v.z; a1[3] = v.w;
+        const float4 v1 = *reinterpret_cast<const float4*>(As + o1 + ti);
+        a1[0] = v1.x; a1[1] = v1.y; a1[2] = v1.z; a1[3] = v1.w;
         if constexpr (C::TM == 8) {
-          const float4 u = *reinterpret_cast<const float4*>(As + o1 + ti + 32);
-          a1[4] = u.x; a1[5] = u.y; a1[6] = u.z; a1[7] = u.w;
+          const float4 u1 = *reinterpret_cast<const float4*>(As + o1 + ti + 32);
+          a1[4] = u1.x; a1[5] = u1.y; a1[6] = u1.z; a1[7] = u1.w;
         }
-      } else {
-#pragma unroll
-        for (int i = 0; i < C::TM; ++i) a1[i] = a0[i];
       }
       const float4 b0 = *reinterpret_cast<const float4*>(Bs + r * C::BN + tj);
       const float4 b1 = *reinterpret_cast<const float4*>(Bs + r * C::BN + tj + 16);
-      const float b[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+      b[0] = b0.x; b[1] = b0.y; b[2] = b0.z; b[3] = b0.w;
+      b[4] = b1.x; b[5] = b1.y; b[6] = b1.z; b[7] = b1.w;
+    };
+    int o0n = Ds[t0], o1n = C::UNIFORM ? 0 : Ds[t1];
+    load_frags(0, o0n, o1n);
+    if (wb > 1) {
+      o0n = Ds[qt + t0];
+      if constexpr (!C::UNIFORM) o1n = Ds[qt + t1];
+    }
+#pragma unroll 2
+    for (int r = 0; r < wb; ++r) {
+      float ca0[C::TM], ca1[C::TM], cb[8];
+#pragma unroll
+      for (int i = 0; i < C::TM; ++i) {
+        ca0[i] = a0[i];
+        ca1[i] = C::UNIFORM ? a0[i] : a1[i];
+      }
+#pragma unroll
+      for (int j = 0; j < 8; ++j) cb[j] = b[j];
+      if (r + 1 < wb) {
+        load_frags(r + 1, o0n, o1n);
+        if (r + 2 < wb) {
+          o0n = Ds[(r + 2) * qt + t0];
+          if constexpr (!C::UNIFORM) o1n = Ds[(r + 2) * qt + t1];
+        }
+      }
 #pragma unroll
       for (int i = 0; i < C::TM; ++i) {
 #pragma unroll
-        for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(a0[i], b[j], acc[i][j]);
+        for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(ca0[i], cb[j], acc[i][j]);
 #pragma unroll
-        for (int j = 4; j < 8; ++j) acc[i][j] = fmaf(a1[i], b[j], acc[i][j]);
+        for (int j = 4; j < 8; ++j) acc[i][j] = fmaf(ca1[i], cb[j], acc[i][j]);
       }
     }
     if (nxt < nk) store_d(nxt);
