@@ -1,0 +1,127 @@
+"""The runtime heuristic (csrc/dispatch.h, exposed as torch.ops.nmspmm.spmm_heuristic) returns a
+kernel that can run the problem, on any build (no tensors involved).
+
+Kernel ids (csrc/dispatch.h): 0 generic, 1 decode, 2-5 tiled (non-packing), 6-8 packed."""
+import itertools
+
+import pytest
+import torch
+
+ops = torch.ops.nmspmm
+
+GENERIC, DECODE = 0, 1
+TILED = {2, 3, 4, 5}
+PACKED = {6, 7, 8}
+NUM_KERNELS = 9
+
+
+def supports(kernel, m, N, M, L, has_col_info):
+    """What each kernel can run (the documented contract of csrc/dispatch.h::kernel_supports)."""
+    if kernel == GENERIC:
+        return True
+    if kernel == DECODE:
+        return L >= 4 and m <= 16
+    if kernel in TILED:
+        return L >= 16 and M <= 64
+    if kernel in PACKED:
+        return L >= 16 and M <= 64 and has_col_info
+    return False
+
+
+MS = [1, 2, 3, 8, 15, 16, 17, 31, 32, 63, 64, 100, 127, 128, 255, 256, 512, 1000, 1023, 1024,
+      2048, 4096, 8192, 65536]
+SHAPES = [(4096, 4096), (11008, 4096), (4096, 11008), (14336, 4096), (4096, 14336), (1024, 4096),
+          (128256, 4096), (128, 128), (64, 64), (4, 64), (128, 8192), (32000, 8192)]
+PATTERNS = [(2, 4), (1, 4), (2, 8), (4, 8), (16, 32), (12, 32), (8, 32), (4, 32), (1, 2), (8, 64),
+            (32, 64), (4, 4)]
+LS = [1, 2, 4, 8, 16, 32, 64, 128]
+SMS = [132, 108, 78, 1, 0]
+
+
+def plan(m, n, k, N, M, L, has_col_info, sms=132):
+    p = ops.spmm_heuristic(m, n, k, N, M, L, has_col_info, sms)
+    assert isinstance(p, list) and len(p) == 2
+    return p[0], p[1]
+
+
+def _check(m, n, k, N, M, L, has_col_info, sms):
+    kernel, split_k = plan(m, n, k, N, M, L, has_col_info, sms)
+    where = f"m={m} n={n} k={k} {N}:{M} L={L} col_info={has_col_info} sms={sms} -> ({kernel}, {split_k})"
+    assert 0 <= kernel < NUM_KERNELS, where
+    assert supports(kernel, m, N, M, L, has_col_info), where
+    assert isinstance(split_k, int) and 1 <= split_k <= 64, where
+    assert split_k & (split_k - 1) == 0, where  # powers of two
+    if kernel == GENERIC:
+        assert split_k == 1, where
+    if split_k > 1:
+        # Every split keeps at least one k-block of 64 inputs (or one row of the compressed weight).
+        assert split_k <= max(1, k // 64, k // M * N), where
+    if L < 4:
+        assert kernel == GENERIC, where
+    if m <= 16 and L >= 4:
+        assert kernel == DECODE, where
+    if kernel in PACKED:
+        assert has_col_info, where
+    return kernel, split_k
+
+
+@pytest.mark.parametrize("pattern", PATTERNS, ids=lambda p: f"{p[0]}:{p[1]}")
+@pytest.mark.parametrize("L", LS)
+def test_heuristic_returns_supported_kernels(pattern, L):
+    N, M = pattern
+    for (n, k), m, has_col_info in itertools.product(SHAPES, MS, (False, True)):
+        if k % M or n % L:
+            continue
+        _check(m, n, k, N, M, L, has_col_info, 132)
+
+
+@pytest.mark.parametrize("sms", SMS)
+def test_heuristic_any_sm_count(sms):
+    for (n, k), m, (N, M), L in itertools.product(SHAPES[:4], MS[::3], PATTERNS[:8], (1, 4, 16, 32, 128)):
+        for has_col_info in (False, True):
+            _check(m, n, k, N, M, L, has_col_info, sms)
+
+
+def test_heuristic_nonpositive_sm_count_means_default():
+    for args in [(1, 4096, 4096, 2, 4, 32, False), (256, 11008, 4096, 8, 32, 32, True),
+                 (4096, 4096, 11008, 2, 8, 64, True)]:
+        assert plan(*args, 0) == plan(*args, 132) == plan(*args, -5)
+
+
+def test_heuristic_decode_for_small_m():
+    for m, L in itertools.product(range(1, 17), (4, 8, 16, 32, 64, 128)):
+        assert plan(m, 4096, 4096, 2, 4, L, False)[0] == DECODE
+        assert plan(m, 4096, 4096, 4, 32, L, True)[0] == DECODE
+
+
+def test_heuristic_generic_for_short_vectors():
+    for m, L in itertools.product((1, 16, 17, 4096), (1, 2)):
+        assert plan(m, 4096, 4096, 2, 4, L, True) == (GENERIC, 1)
+
+
+def test_heuristic_packed_only_with_col_info():
+    seen_packed = False
+    for m, (N, M), L in itertools.product(MS, PATTERNS, (16, 32, 64, 128)):
+        without = plan(m, 4096, 4096, N, M, L, False)[0]
+        assert without not in PACKED
+        seen_packed |= plan(m, 4096, 4096, N, M, L, True)[0] in PACKED
+    # col_info is used for some high-sparsity prefill problem.
+    assert seen_packed
+
+
+def test_heuristic_tiled_for_prefill():
+    for m in (17, 64, 256, 1000, 4096):
+        kernel, _ = plan(m, 4096, 4096, 2, 4, 32, False)
+        assert kernel in TILED
+
+
+def test_heuristic_is_deterministic():
+    for args in itertools.product((1, 64, 4096), ((4096, 4096), (11008, 4096)), PATTERNS[:4], (1, 32)):
+        m, (n, k), (N, M), L = args
+        assert plan(m, n, k, N, M, L, True) == plan(m, n, k, N, M, L, True)
+
+
+def test_heuristic_tiny_problems():
+    # k = M (a single window) and n = L (a single vector): still a valid plan, no empty splits.
+    for (N, M), L, m in itertools.product(PATTERNS, (1, 4, 16, 128), (1, 16, 17, 1024)):
+        _check(m, L, M, N, M, L, True, 132)
