@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from ._ops import ops
-from .format import NMWeight
+from .format import NMWeight, _check_device
 
 __all__ = ["NMLinear", "sparsify_", "sparsify_report", "SparsifyReport", "LayerReport",
            "DEFAULT_TARGETS", "sparse_metadata"]
@@ -158,6 +158,7 @@ class NMLinear(nn.Module):
     def rebuild_metadata(self) -> None:
         """Recompute ``col_info``/``packed_indices`` from ``indices`` (done automatically on
         construction and ``load_state_dict``; call it after editing ``indices`` in place)."""
+        _check_device(self.indices, "NMLinear.indices")
         self.col_info, self.packed_indices = ops.col_info(self.indices, self.N, self.M, self.L)
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,

@@ -113,6 +113,17 @@ def test_from_dense_with_mask():
         NMLinear.from_dense(nn.Linear(100, 128), 2, 8, 1)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_from_dense_half_weights(dtype):
+    lin = make_linear(dtype=dtype)
+    layer = NMLinear.from_dense(lin, 8, 32, 32)
+    assert layer.values.dtype == dtype and layer.bias.dtype == dtype and not layer.values.requires_grad
+    assert torch.equal(layer.to_dense(), pruned_weight(lin, 8, 32, 32))
+    x = torch.randn(3, IN, dtype=dtype)
+    ref = F.linear(x.float(), layer.to_dense().float(), lin.bias.detach().float())
+    torch.testing.assert_close(layer(x), ref.to(dtype))
+
+
 def test_from_packed_shares_storage():
     lin = make_linear()
     packed = nmspmm.compress(lin.weight.detach(), 2, 4, 1)
