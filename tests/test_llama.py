@@ -74,19 +74,40 @@ def nbytes(t):
     return t.numel() * t.element_size()
 
 
+def decode_mask(batch, pos, max_len, dtype, device):
+    """4-D additive attention mask for one decode token at position ``pos`` over a StaticCache of
+    ``max_len`` slots. Passing it (and position_ids) explicitly keeps HF's mask construction,
+    which creates tensors from Python values, out of a captured CUDA graph."""
+    mask = torch.full((batch, 1, 1, max_len), torch.finfo(dtype).min, dtype=dtype, device=device)
+    mask[..., : pos + 1] = 0
+    return mask
+
+
+def decode_step(model, tok, cache, mask, position_ids):
+    return model(tok, past_key_values=cache, attention_mask=mask, position_ids=position_ids,
+                 use_cache=True).logits[:, -1]
+
+
 def static_decode(model, ids, steps):
-    """Greedy decode with a StaticCache: eager prefill, then ``steps`` single-token steps.
-    Returns (tokens [B, steps], logits [B, steps, vocab])."""
-    cache = StaticCache(config=model.config, max_cache_len=ids.shape[1] + steps + 1)
+    """Greedy decode with a StaticCache: eager prefill, then ``steps`` single-token steps with
+    explicit masks and positions. Returns (first token [B, 1], tokens [B, steps], logits
+    [B, steps, vocab]); token i+1 is the argmax of logits i."""
+    batch, prompt = ids.shape
+    max_len = prompt + steps + 1
+    cache = StaticCache(config=model.config, max_cache_len=max_len)
+    dtype = next(model.parameters()).dtype
     toks, outs = [], []
     with torch.no_grad():
         tok = model(ids, past_key_values=cache, use_cache=True).logits[:, -1].argmax(-1, keepdim=True)
-        for _ in range(steps):
-            out = model(tok, past_key_values=cache, use_cache=True).logits[:, -1]
+        first = tok
+        for i in range(steps):
+            pos = prompt + i
+            out = decode_step(model, tok, cache, decode_mask(batch, pos, max_len, dtype, ids.device),
+                              torch.full((batch, 1), pos, dtype=torch.long, device=ids.device))
             outs.append(out.float())
             tok = out.argmax(-1, keepdim=True)
             toks.append(tok)
-    return torch.cat(toks, 1), torch.stack(outs, 1)
+    return first, torch.cat(toks, 1), torch.stack(outs, 1)
 
 
 def set_cache_length(cache, length):
@@ -138,20 +159,28 @@ def test_greedy_generate_same_tokens(base, ids, N, M, L):
 
 
 def test_static_cache_decode_matches_dense_and_rewinds(base, ids):
+    steps = 4
     sparse, ref = sparse_and_reference(base, 2, 8, 16)
-    toks_s, logits_s = static_decode(sparse, ids, 4)
-    toks_r, logits_r = static_decode(ref, ids, 4)
+    first, toks_s, logits_s = static_decode(sparse, ids, steps)
+    _, toks_r, logits_r = static_decode(ref, ids, steps)
     assert torch.equal(toks_s, toks_r)
     torch.testing.assert_close(logits_s, logits_r, rtol=1e-5, atol=1e-5)
+    # The explicit-mask decode steps agree with a full forward over the generated sequence.
+    seq = torch.cat([ids, first, toks_s[:, :-1]], 1)
+    full = logits(sparse, seq)[:, ids.shape[1]:]
+    torch.testing.assert_close(logits_s, full, rtol=1e-4, atol=1e-4)
     # The rewind used by the CUDA-graph test: a repeated step at the same position is identical.
-    cache = StaticCache(config=sparse.config, max_cache_len=24)
+    prompt, max_len = ids.shape[1], ids.shape[1] + 8
+    cache = StaticCache(config=sparse.config, max_cache_len=max_len)
+    mask = decode_mask(2, prompt, max_len, torch.float32, ids.device)
+    pos = torch.full((2, 1), prompt)
     with torch.no_grad():
-        tok = sparse(ids, past_key_values=cache, use_cache=True).logits[:, -1:].argmax(-1)
-        first = sparse(tok, past_key_values=cache, use_cache=True).logits
-        set_cache_length(cache, ids.shape[1])
-        again = sparse(tok, past_key_values=cache, use_cache=True).logits
-    assert torch.equal(first, again)
-    torch.testing.assert_close(first[:, -1], logits_s[:, 0], rtol=1e-5, atol=1e-5)
+        sparse(ids, past_key_values=cache, use_cache=True)
+        once = decode_step(sparse, first, cache, mask, pos)
+        set_cache_length(cache, prompt)
+        again = decode_step(sparse, first, cache, mask, pos)
+    assert torch.equal(once, again)
+    torch.testing.assert_close(once, logits_s[:, 0], rtol=1e-5, atol=1e-5)
 
 
 # -------------------------------------------------------------------- (c) serialization
@@ -218,6 +247,43 @@ def test_report_and_single_warning_for_misfit_layers(ids):
     assert report.model_bytes_after < report.model_bytes_before
     assert "swapped 10 Linear layers" in str(report)
     assert torch.isfinite(logits(model, ids)).all()
+
+
+# ------------------------------------------------------------------------------- docs
+def doc_blocks(path):
+    """The ```python blocks of a markdown file that follow a ``<!-- tested:`` comment."""
+    blocks, lines, i = [], open(path).read().splitlines(), 0
+    while i < len(lines):
+        if lines[i].startswith("<!-- tested:"):
+            while not lines[i].startswith("```python"):
+                i += 1
+            j = i + 1
+            while not lines[j].startswith("```"):
+                j += 1
+            blocks.append("\n".join(lines[i + 1:j]))
+            i = j
+        i += 1
+    return blocks
+
+
+def test_docs_snippets(ids, tmp_path, monkeypatch):
+    doc = os.path.join(os.path.dirname(__file__), "..", "docs", "llama.md")
+    blocks = doc_blocks(doc)
+    assert len(blocks) == 2
+    # A tiny Llama with a tied lm_head (like Llama-3.2), saved locally and loaded by path.
+    model_dir = tmp_path / "tiny-llama"
+    tiny_llama(seed=3, tie_word_embeddings=True).save_pretrained(str(model_dir))
+    monkeypatch.chdir(tmp_path)
+    ns = {"MODEL_ID": str(model_dir)}
+    exec(compile(blocks[0], "docs/llama.md[three-lines]", "exec"), ns)
+    model = ns["model"].eval()
+    assert sum(isinstance(m, NMLinear) for m in model.modules()) == 14
+    assert type(model.lm_head) is nn.Linear
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    exec(compile(blocks[1], "docs/llama.md[serialization]", "exec"), ns)
+    fresh = ns["fresh"].eval()
+    assert fresh.lm_head.weight is fresh.model.embed_tokens.weight
+    assert torch.equal(logits(fresh, ids), logits(model, ids))
 
 
 # ------------------------------------------------------------------------- torch.compile
@@ -313,26 +379,33 @@ def test_cuda_graph_decode_step(base, ids, fp32_matmul_highest):
     sparse = sparsify_(copy.deepcopy(base), 4, 32, 128).cuda()
     ids = ids.cuda()
     steps = 4
-    toks_e, logits_e = static_decode(sparse, ids, steps)
+    batch, prompt = ids.shape
+    max_len = prompt + steps + 1
+    first, toks_e, logits_e = static_decode(sparse, ids, steps)
 
-    cache = StaticCache(config=sparse.config, max_cache_len=ids.shape[1] + steps + 1)
+    cache = StaticCache(config=sparse.config, max_cache_len=max_len)
     with torch.no_grad():
-        static_tok = sparse(ids, past_key_values=cache, use_cache=True).logits[:, -1].argmax(-1, keepdim=True)
+        sparse(ids, past_key_values=cache, use_cache=True)  # eager prefill
+        static_tok = first.clone()
+        static_mask = decode_mask(batch, prompt, max_len, torch.float32, "cuda")
+        static_pos = torch.full((batch, 1), prompt, dtype=torch.long, device="cuda")
 
         def step():
-            return sparse(static_tok, past_key_values=cache, use_cache=True).logits[:, -1]
+            return decode_step(sparse, static_tok, cache, static_mask, static_pos)
 
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
-            step()  # warm-up (writes position 16, which the first replay rewrites)
+            step()  # warm-up: writes position `prompt`, which the first replay rewrites
         torch.cuda.current_stream().wait_stream(stream)
-        set_cache_length(cache, ids.shape[1])
+        set_cache_length(cache, prompt)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             static_logits = step()
         toks_g, logits_g = [], []
-        for _ in range(steps):
+        for i in range(steps):
+            static_mask.copy_(decode_mask(batch, prompt + i, max_len, torch.float32, "cuda"))
+            static_pos.fill_(prompt + i)
             graph.replay()
             out = static_logits.float().clone()
             logits_g.append(out)
