@@ -1,6 +1,6 @@
 // SpMM kernels outside the tiled family, and the launcher that dispatches a KernelId:
 //  * decode (m <= 16): memory-bound; streams the compressed weight once with 16-byte loads,
-//    the k dimension split over blocks (and over the warps of a block), x read through L1;
+//    the k dimension split over blocks (and over the warps of a block), x staged in shared memory;
 //  * generic: any pattern (L = 1, 2, ...): one thread per output column and 4 rows;
 //  * reduce_splits: the fixed-order split-K reduction (+ bias) that keeps results deterministic.
 #include <cuda_runtime.h>
@@ -18,13 +18,15 @@ namespace {
 
 constexpr int kDecodeWarps = 4;
 constexpr int kDecodeCols = 128;      // output columns per block (32 lanes x 4)
+constexpr int kDecodeXCols = 512;     // dense inputs of x staged per chunk
 
 template <int MR>
 __global__ void __launch_bounds__(kDecodeWarps * 32)
     spmm_decode_kernel(const SpmmParams p) {
-  // Cross-warp reduction buffer [warps][MR][128].
-  __shared__ float4 smem_f4[kDecodeWarps * MR * kDecodeCols / 4];
-  float* const red = reinterpret_cast<float*>(smem_f4);
+  // x chunk [MR][kDecodeXCols]; reused for the cross-warp reduction [warps][MR][128].
+  static_assert(kDecodeWarps * kDecodeCols <= kDecodeXCols, "reduction buffer must fit");
+  __shared__ float4 smem_f4[MR * kDecodeXCols / 4];
+  float* const xs = reinterpret_cast<float*>(smem_f4);
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int64_t n = p.n, k = p.k, m = p.m;
@@ -34,14 +36,10 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   const bool col_ok = col < n;
   const int64_t v = col_ok ? col / L : 0;
 
-  // This block's windows; its warps take them round-robin.
   const int64_t windows = k / M;
   const int64_t g_begin = windows * blockIdx.y / gridDim.y;
   const int64_t g_end = windows * (blockIdx.y + 1) / gridDim.y;
-
-  const float* xr[MR];
-#pragma unroll
-  for (int i = 0; i < MR; ++i) xr[i] = p.x + (i < m ? i : 0) * p.ldx;
+  const int64_t chunk_windows = kDecodeXCols / M;
 
   float acc[MR][4];
 #pragma unroll
@@ -49,17 +47,27 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
 #pragma unroll
     for (int j = 0; j < 4; ++j) acc[i][j] = 0.f;
 
-  if (col_ok) {
-    for (int64_t g = g_begin + warp; g < g_end; g += kDecodeWarps) {
-      const int64_t u0 = g * N, kbase = g * M;
+  for (int64_t gc = g_begin; gc < g_end; gc += chunk_windows) {
+    const int64_t ge = gc + chunk_windows < g_end ? gc + chunk_windows : g_end;
+    const int ncols = static_cast<int>((ge - gc) * M);
+    __syncthreads();
+    for (int e = tid; e < MR * ncols; e += blockDim.x) {
+      const int i = e / ncols, c = e % ncols;
+      xs[i * kDecodeXCols + c] = i < m ? __ldg(p.x + i * p.ldx + gc * M + c) : 0.f;
+    }
+    __syncthreads();
+    if (!col_ok) continue;
+    for (int64_t g = gc + warp; g < ge; g += kDecodeWarps) {
+      const int cbase = static_cast<int>((g - gc) * M);
+      const int64_t u0 = g * N;
 #pragma unroll 4
       for (int s = 0; s < N; ++s) {
         const int64_t u = u0 + s;
         const float4 b = __ldcs(reinterpret_cast<const float4*>(p.values + u * n + col));
-        const int64_t c = kbase + __ldg(p.indices + u * q + v);
+        const int c = cbase + __ldg(p.indices + u * q + v);
 #pragma unroll
         for (int i = 0; i < MR; ++i) {
-          const float a = i < m ? __ldg(xr[i] + c) : 0.f;
+          const float a = xs[i * kDecodeXCols + c];
           acc[i][0] = fmaf(a, b.x, acc[i][0]);
           acc[i][1] = fmaf(a, b.y, acc[i][1]);
           acc[i][2] = fmaf(a, b.z, acc[i][2]);
@@ -70,6 +78,8 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   }
 
   // Reduce the warps' partial sums in fixed order.
+  __syncthreads();
+  float* red = xs;
 #pragma unroll
   for (int i = 0; i < MR; ++i)
     *reinterpret_cast<float4*>(red + (warp * MR + i) * kDecodeCols + lane * 4) =
@@ -187,11 +197,11 @@ cudaError_t launch_spmm(const SpmmParams& p, int kernel, cudaStream_t stream) {
       else if (p.m <= 8) err = launch_decode<8>(p, stream);
       else err = launch_decode<16>(p, stream);
       break;
-    case kTiled128x128: err = launch_nonpacked<128, 128, 8>(p, stream); break;
+    case kTiled128x128: err = launch_nonpacked<128, 128, 16>(p, stream); break;
     case kTiled64x128: err = launch_nonpacked<64, 128, 8>(p, stream); break;
     case kTiled32x128: err = launch_nonpacked<32, 128, 4>(p, stream); break;
     case kTiled64x64: err = launch_nonpacked<64, 64, 8>(p, stream); break;
-    case kPacked128x128: err = launch_tiled_any_l<128, 128, 8, 64, true>(p, stream); break;
+    case kPacked128x128: err = launch_tiled_any_l<128, 128, 16, 64, true>(p, stream); break;
     case kPacked64x128: err = launch_tiled_any_l<64, 128, 8, 64, true>(p, stream); break;
     case kPacked32x128: err = launch_tiled_any_l<32, 128, 4, 64, true>(p, stream); break;
     default: return cudaErrorInvalidValue;

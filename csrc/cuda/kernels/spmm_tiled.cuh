@@ -14,7 +14,7 @@
 // A STAGES-deep cp.async pipeline overlaps loads with the FMAs. Warps cover 32 output columns,
 // so for L >= 32 a warp's gather index is uniform (UNIFORM) and the A_s read is a broadcast;
 // for L = 16 each thread's two 4-column groups use their own index.
-// Thread tile TM x 8: rows {ti..ti+3} (+{ti+32..ti+35} when TM == 8), columns {tj..tj+3} and
+// Thread tile TM x 8: rows {ti + 32f .. ti + 32f + 3} for f < TM/4, columns {tj..tj+3} and
 // {tj+16..tj+19}; LDS.128 fragments that are free of bank conflicts.
 // Split-K: gridDim.z splits the k-blocks; each split writes its partial tile to the workspace
 // (no atomics), reduced in fixed order by reduce_splits (deterministic).
@@ -47,7 +47,7 @@ struct TiledConfig {
   static constexpr int D_PER_THREAD = (KB * QT_MAX + THREADS - 1) / THREADS;
   static constexpr int MIN_BLOCKS = THREADS >= 256 ? 1 : 2;
   static_assert(WARPS_M >= 1 && WARPS_N >= 1, "tile too small for the warp layout");
-  static_assert(TM == 4 || TM == 8, "TM must be 4 or 8");
+  static_assert(TM == 4 || TM == 8 || TM == 16, "TM must be 4, 8 or 16");
   static_assert(A_PASSES_M >= 1 && BM % A_ROWS_PER_PASS == 0, "bad A load mapping");
   static_assert(!PACKED || (KB == kPackKBlock && BN == kPackTileN), "packing metadata shape");
 
@@ -205,58 +205,31 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
     const float* As = stage_ptr(it);
     const float* Bs = As + C::KB * C::AS;
     const int* Ds = reinterpret_cast<const int*>(Bs + wb * C::BN);
-    // Software pipeline over the stage's compressed rows: gather offsets two rows ahead,
-    // fragments one row ahead, so no FMA waits on a shared-memory load.
-    float a0[C::TM], a1[C::TM], b[8];
-    auto load_frags = [&](int r, int o0, int o1) {
-      const float4 v = *reinterpret_cast<const float4*>(As + o0 + ti);
-      a0[0] = v.x; a0[1] = v.y; a0[2] = v.z; a0[3] = v.w;
-      if constexpr (C::TM == 8) {
-        const float4 u = *reinterpret_cast<const float4*>(As + o0 + ti + 32);
-        a0[4] = u.x; a0[5] = u.y; a0[6] = u.z; a0[7] = u.w;
-      }
-      if constexpr (!C::UNIFORM) {
-        const float4 v1 = *reinterpret_cast<const float4*>(As + o1 + ti);
-        a1[0] = v1.x; a1[1] = v1.y; a1[2] = v1.z; a1[3] = v1.w;
-        if constexpr (C::TM == 8) {
-          const float4 u1 = *reinterpret_cast<const float4*>(As + o1 + ti + 32);
-          a1[4] = u1.x; a1[5] = u1.y; a1[6] = u1.z; a1[7] = u1.w;
+#pragma unroll 2
+    for (int r = 0; r < wb; ++r) {
+      const int o0 = Ds[r * qt + t0];
+      const int o1 = C::UNIFORM ? o0 : Ds[r * qt + t1];
+      float a0[C::TM], a1[C::TM];
+#pragma unroll
+      for (int f = 0; f < C::TM / 4; ++f) {
+        const float4 v = *reinterpret_cast<const float4*>(As + o0 + ti + 32 * f);
+        a0[4 * f] = v.x; a0[4 * f + 1] = v.y; a0[4 * f + 2] = v.z; a0[4 * f + 3] = v.w;
+        if constexpr (!C::UNIFORM) {
+          const float4 v1 = *reinterpret_cast<const float4*>(As + o1 + ti + 32 * f);
+          a1[4 * f] = v1.x; a1[4 * f + 1] = v1.y; a1[4 * f + 2] = v1.z; a1[4 * f + 3] = v1.w;
+        } else {
+          a1[4 * f] = v.x; a1[4 * f + 1] = v.y; a1[4 * f + 2] = v.z; a1[4 * f + 3] = v.w;
         }
       }
       const float4 b0 = *reinterpret_cast<const float4*>(Bs + r * C::BN + tj);
       const float4 b1 = *reinterpret_cast<const float4*>(Bs + r * C::BN + tj + 16);
-      b[0] = b0.x; b[1] = b0.y; b[2] = b0.z; b[3] = b0.w;
-      b[4] = b1.x; b[5] = b1.y; b[6] = b1.z; b[7] = b1.w;
-    };
-    int o0n = Ds[t0], o1n = C::UNIFORM ? 0 : Ds[t1];
-    load_frags(0, o0n, o1n);
-    if (wb > 1) {
-      o0n = Ds[qt + t0];
-      if constexpr (!C::UNIFORM) o1n = Ds[qt + t1];
-    }
-#pragma unroll 2
-    for (int r = 0; r < wb; ++r) {
-      float ca0[C::TM], ca1[C::TM], cb[8];
-#pragma unroll
-      for (int i = 0; i < C::TM; ++i) {
-        ca0[i] = a0[i];
-        ca1[i] = C::UNIFORM ? a0[i] : a1[i];
-      }
-#pragma unroll
-      for (int j = 0; j < 8; ++j) cb[j] = b[j];
-      if (r + 1 < wb) {
-        load_frags(r + 1, o0n, o1n);
-        if (r + 2 < wb) {
-          o0n = Ds[(r + 2) * qt + t0];
-          if constexpr (!C::UNIFORM) o1n = Ds[(r + 2) * qt + t1];
-        }
-      }
+      const float b[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
 #pragma unroll
       for (int i = 0; i < C::TM; ++i) {
 #pragma unroll
-        for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(ca0[i], cb[j], acc[i][j]);
+        for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(a0[i], b[j], acc[i][j]);
 #pragma unroll
-        for (int j = 4; j < 8; ++j) acc[i][j] = fmaf(ca1[i], cb[j], acc[i][j]);
+        for (int j = 4; j < 8; ++j) acc[i][j] = fmaf(a1[i], b[j], acc[i][j]);
       }
     }
     if (nxt < nk) store_d(nxt);
@@ -268,7 +241,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
   float* out = split ? p.workspace + static_cast<int64_t>(blockIdx.z) * M_ * N_ : p.y;
 #pragma unroll
   for (int i = 0; i < C::TM; ++i) {
-    const int64_t row = m0 + ti + (i < 4 ? i : 32 + (i - 4));
+    const int64_t row = m0 + ti + 32 * (i / 4) + (i % 4);
     if (row >= M_) continue;
 #pragma unroll
     for (int g = 0; g < 2; ++g) {
