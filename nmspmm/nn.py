@@ -324,6 +324,10 @@ def sparsify_(model: nn.Module, N: int, M: int, L: int,
         picked = filter_fn(mod, fqn) if filter_fn is not None else leaf in DEFAULT_TARGETS
         if not picked:
             continue
+        if fqn == "":
+            report.skipped.append(("<root>", "the root module cannot be replaced in place; "
+                                   "use NMLinear.from_dense"))
+            continue
         if id(mod) in never or leaf == "lm_head":
             report.skipped.append((fqn, "output embedding (lm_head) is never sparsified"))
             continue

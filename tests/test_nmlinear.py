@@ -397,6 +397,13 @@ def test_sparsify_empty_then_load():
         assert torch.equal(a, b)
 
 
+def test_sparsify_root_linear_is_not_swapped():
+    lin = make_linear()
+    with pytest.warns(UserWarning, match="root module"):
+        out = sparsify_(lin, 2, 4, 1, filter_fn=lambda m, fqn: True)
+    assert out is lin and type(lin) is nn.Linear and sparsify_report(lin).swapped == []
+
+
 def test_sparsify_rejects_bad_pattern_before_touching_model():
     model = Toy()
     with pytest.raises(ValueError):
