@@ -115,7 +115,8 @@ class NMLinear(nn.Module):
     # ----------------------------------------------------------------------------- construction
     @classmethod
     def from_packed(cls, packed: NMWeight, bias: Optional[torch.Tensor] = None) -> "NMLinear":
-        """Wrap an :class:`NMWeight` (and optional bias[out]) without copying it."""
+        """Wrap an :class:`NMWeight` (and optional bias[out], cast to the values' dtype) without
+        copying its values and indices; the packing metadata is rebuilt from the indices."""
         out_features, in_features = packed.shape
         layer = cls(in_features, out_features, packed.N, packed.M, packed.L, bias=bias is not None,
                     device="meta", dtype=packed.values.dtype)
@@ -129,11 +130,9 @@ class NMLinear(nn.Module):
         layer.values = packed.values.detach()
         layer.indices = packed.indices.detach()
         if bias is not None:
-            layer.bias = nn.Parameter(bias.detach().clone(), requires_grad=bias.requires_grad)
-        if packed.col_info is not None and packed.packed_indices is not None:
-            layer.col_info, layer.packed_indices = packed.col_info, packed.packed_indices
-        else:
-            layer.rebuild_metadata()
+            b = bias.detach().to(device=packed.values.device, dtype=packed.values.dtype).clone()
+            layer.bias = nn.Parameter(b, requires_grad=bias.requires_grad)
+        layer.rebuild_metadata()  # from the indices, whatever metadata ``packed`` carries
         return layer
 
     @classmethod

@@ -94,7 +94,7 @@ def test_from_dense_matches_pruned_linear(N, M, L, bias):
     # The functional path on the packed weight agrees.
     packed = layer.packed
     assert isinstance(packed, nmspmm.NMWeight) and packed.shape == (OUT, IN)
-    assert packed.col_info is layer.col_info
+    assert packed.col_info is layer.col_info and torch.equal(packed.col_info, nmspmm.col_info(packed)[0])
     torch.testing.assert_close(nmspmm.spmm(x.contiguous(), packed, lin.bias), layer(x))
 
 
