@@ -58,7 +58,7 @@ struct Plan {
 };
 
 // Sparsity (1 - N/M) at or above which the packing path is used when col_info is available.
-constexpr double kPackingThreshold = 0.70;
+constexpr double kPackingThreshold = 0.80;  // measured on H100: packing wins at 87.5%, not at 75%
 
 inline int ceil_div_i(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
 
@@ -71,7 +71,7 @@ inline Plan choose_plan(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, i
     const int col_blocks = ceil_div_i(n, 128);
     const int64_t w = k / M * N;
     int split = 1;
-    while (col_blocks * split < 2 * num_sms && split < 64 && w / (split * 2) >= 32) split *= 2;
+    while (col_blocks * split < 4 * num_sms && split < 64 && w / (split * 2) >= 32) split *= 2;
     return {kDecode, split};
   }
   const double sparsity = 1.0 - static_cast<double>(N) / static_cast<double>(M);

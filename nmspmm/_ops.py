@@ -2,6 +2,8 @@
 torch.compile, and autograd for ``spmm``'s input. The schemas are in csrc/nmspmm_ops.cpp."""
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from . import _C  # noqa: F401  (loading the extension registers torch.ops.nmspmm.*)
@@ -86,6 +88,7 @@ def _spmm_backward(ctx, grad_y):
 torch.library.register_autograd("nmspmm::spmm", _spmm_backward, setup_context=_spmm_setup_context)
 
 
+@functools.lru_cache(maxsize=None)
 def cuda_kernels_built() -> bool:
     """True when this build of nmspmm contains the CUDA kernels."""
     return torch._C._dispatch_has_kernel_for_dispatch_key("nmspmm::spmm", "CUDA")

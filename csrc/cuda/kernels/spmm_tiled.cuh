@@ -146,19 +146,26 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
     }
   };
 
+  // Gather offsets: this thread's D entries e = tid + d*THREADS map to the same (row, vector)
+  // slot in every stage, so the divisions happen once here, not per stage.
   int dreg[C::D_PER_THREAD];
+  int d_row[C::D_PER_THREAD], d_vec[C::D_PER_THREAD], d_base[C::D_PER_THREAD];
+#pragma unroll
+  for (int d = 0; d < C::D_PER_THREAD; ++d) {
+    const int e = tid + d * C::THREADS;
+    d_row[d] = e < wb * qt ? e / qt : -1;
+    d_vec[d] = e % qt;
+    d_base[d] = d_row[d] >= 0 ? (d_row[d] / p.N) * p.M : 0;
+  }
   auto fetch_d = [&](int s) {
     const int64_t u0 = (kb_begin + s) * wb;
 #pragma unroll
     for (int d = 0; d < C::D_PER_THREAD; ++d) {
-      const int e = tid + d * C::THREADS;
-      const int r = e / qt, t = e % qt;
-      const int64_t u = u0 + r, v = vec0 + t;
+      const int64_t u = u0 + d_row[d], v = vec0 + d_vec[d];
       int off = 0;
-      if (e < wb * qt && u < w && v < q) {
+      if (d_row[d] >= 0 && u < w && v < q) {
         const int raw = __ldg(p.indices + u * q + v);
-        const int row = C::PACKED ? raw : (r / p.N) * p.M + raw;
-        off = row * C::AS;
+        off = (C::PACKED ? raw : d_base[d] + raw) * C::AS;
       }
       dreg[d] = off;
     }
