@@ -430,7 +430,8 @@ def test_cuda_forward_matches_cpu(N, M, L, dtype):
     tol = {torch.float32: 1e-4, torch.bfloat16: 2e-2, torch.float16: 2e-3}[dtype]
     for m in (1, 7, 32, 300):
         x = torch.randn(m, IN)
-        ref = F.linear(x.to(dtype).double(), cpu.to_dense().to(dtype).double(), lin.bias.detach().to(dtype).double())
+        w, b = cpu.to_dense().to(dtype).double(), lin.bias.detach().to(dtype).double()
+        ref = F.linear(x.to(dtype).double(), w, b)
         y = gpu(x.to(dtype).cuda())
         assert y.dtype == dtype
         torch.testing.assert_close(y.double().cpu(), ref.to(dtype).double(), rtol=tol, atol=tol)
