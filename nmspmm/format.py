@@ -95,7 +95,7 @@ def prune(weight: torch.Tensor, N: int, M: int, L: int) -> torch.Tensor:
     """
     _pattern_args(N, M, L)
     _check_device(weight, "weight")
-    return ops.prune(weight, N, M, L)
+    return ops.prune(weight.detach(), N, M, L)
 
 
 def compress(weight: torch.Tensor, N: int, M: int, L: int,
@@ -107,6 +107,7 @@ def compress(weight: torch.Tensor, N: int, M: int, L: int,
     """
     _pattern_args(N, M, L)
     _check_device(weight, "weight")
+    weight = weight.detach()  # the compressed weight is frozen data, not part of a graph
     if mask is None:
         mask = ops.prune(weight, N, M, L)
     values, indices = ops.compress(weight, mask, N, M, L)
