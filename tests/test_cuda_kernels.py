@@ -1,0 +1,504 @@
+"""The CUDA kernels, on a GPU (every test is cuda-marked and skipped without one).
+
+Each supported (kernel id, split-K) is forced with torch.ops.nmspmm.spmm_with_plan and compared
+with float64 dense matmul of the decompressed weight; the heuristic path (spmm) likewise.
+
+Tolerances (float32): ||y - ref|| / ||ref|| < 1e-5, and elementwise
+|y - ref| <= 1e-4 * |ref| + 1e-4 * scale with scale = max(|x| @ |W|^T) (+ max|bias|), the size of
+the largest partial sum. float16 / bfloat16: rtol = finfo.eps, atol = 1e-4 * scale.
+
+Before each call the caching allocator is poisoned with NaN blocks of exactly the sizes the op
+allocates (output, split-K workspace), which it hands straight back to the op: an output element
+the kernels forget to write stays NaN and fails the comparison.
+"""
+import functools
+import itertools
+import zlib
+
+import pytest
+import torch
+import torch.nn as nn
+
+pytestmark = pytest.mark.cuda
+
+ops = torch.ops.nmspmm
+DEV = "cuda"
+
+GENERIC, DECODE = 0, 1
+TILED = (2, 3, 4, 5)
+PACKED = (6, 7, 8)
+
+
+def supports(kernel, m, N, M, L, has_col_info=True):
+    """csrc/dispatch.h::kernel_supports."""
+    if kernel == GENERIC:
+        return True
+    if kernel == DECODE:
+        return L >= 4 and m <= 16
+    if kernel in TILED:
+        return L >= 16 and M <= 64
+    return L >= 16 and M <= 64 and has_col_info
+
+
+def num_sms():
+    return torch.cuda.get_device_properties(0).multi_processor_count
+
+
+# ----------------------------------------------------------------------------------------------
+# data
+
+
+def small_shape(M, L):
+    """(n, k) with a partial 128-column tile (L <= 64) and a partial k-block of 32 / 64 where the
+    pattern allows one."""
+    n = 320 if L <= 64 else 384
+    k = 7 * 32 + M if M < 32 else (7 * 32 if M == 32 else 5 * 64)
+    return n, k
+
+
+def _random_weight(n, k, N, M, L, seed):
+    """values [k*N/M, n] fp32 and uint8 indices [k*N/M, n/L] with a random N:M pattern, on the GPU."""
+    g = torch.Generator(device=DEV).manual_seed(seed)
+    G, V = k // M, n // L
+    pos = torch.rand(G, V, M, device=DEV, generator=g).argsort(dim=-1)[..., :N].sort(dim=-1).values
+    indices = pos.permute(0, 2, 1).reshape(G * N, V).to(torch.uint8).contiguous()
+    values = torch.randn(G * N, n, device=DEV, generator=g)
+    return values, indices
+
+
+def _dense64(values, indices, N, M, L):
+    """Plain-torch scatter of the format (independent of the nmspmm ops), in float64."""
+    w, n = values.shape
+    cols = (torch.arange(w, device=values.device) // N * M)[:, None] + \
+        indices.long().repeat_interleave(L, dim=1)
+    dense_t = torch.zeros(w // N * M, n, dtype=torch.float64, device=values.device)
+    dense_t.scatter_(0, cols, values.double())
+    return dense_t.t().contiguous()
+
+
+class Weight:
+    def __init__(self, n, k, N, M, L):
+        self.n, self.k, self.N, self.M, self.L = n, k, N, M, L
+        seed = zlib.crc32(repr((n, k, N, M, L)).encode())
+        self.values, self.indices = _random_weight(n, k, N, M, L, seed)
+        # Packing metadata from the CPU reference (the CUDA col_info op is tested separately).
+        cols, packed = ops.col_info(self.indices.cpu(), N, M, L)
+        self.col_info, self.packed_indices = cols.to(DEV), packed.to(DEV)
+        self.dense64 = _dense64(self.values, self.indices, N, M, L)
+        self.bias = torch.randn(n, device=DEV, generator=torch.Generator(device=DEV).manual_seed(seed + 1))
+
+    def args(self, with_col_info=True):
+        meta = (self.col_info, self.packed_indices) if with_col_info else (None, None)
+        return self.values, self.indices, self.N, self.M, self.L, meta
+
+    def reference(self, x, bias=None):
+        x2 = x.double().reshape(-1, self.k)
+        y = x2 @ self.dense64.t()
+        scale = (x2.abs() @ self.dense64.abs().t()).max().item() if y.numel() else 0.0
+        if bias is not None:
+            y = y + bias.double()
+            scale += bias.double().abs().max().item()
+        return y.reshape(*x.shape[:-1], self.n), max(scale, 1e-30)
+
+
+@functools.lru_cache(maxsize=96)
+def small_weight(N, M, L):
+    return Weight(*small_shape(M, L), N, M, L)
+
+
+def run_plan(w, x, kernel, split_k, bias=None, with_col_info=True):
+    values, indices, N, M, L, (cols, packed) = w.args(with_col_info)
+    if kernel is None:
+        return ops.spmm(x, values, indices, N, M, L, bias, cols, packed)
+    return ops.spmm_with_plan(x, values, indices, N, M, L, bias, cols, packed, kernel, split_k)
+
+
+def effective_split(w, m, kernel, split_k, with_col_info=True):
+    if kernel is None:
+        kernel, split_k = ops.spmm_heuristic(m, w.n, w.k, w.N, w.M, w.L, with_col_info, num_sms())
+    return 1 if kernel == GENERIC else split_k
+
+
+def poison(*numels):
+    """Fill blocks of these float32 sizes with NaN and free them: the caching allocator hands the
+    same blocks to the next allocations of the same sizes (in the same order)."""
+    bufs = [torch.full((n,), float("nan"), device=DEV) for n in numels if n > 0]
+    del bufs
+
+
+def check(y, ref, scale, dtype=torch.float32):
+    assert y.shape == ref.shape and y.device.type == "cuda"
+    yd = y.double()
+    nan = torch.isnan(yd)
+    assert not nan.any(), f"{int(nan.sum())} of {nan.numel()} output elements not written (NaN)"
+    if dtype == torch.float32:
+        rtol, atol = 1e-4, 1e-4 * scale
+        if ref.numel() and ref.norm() > 0:
+            rel = ((yd - ref).norm() / ref.norm()).item()
+            assert rel < 1e-5, f"relative error {rel:.3g} >= 1e-5"
+    else:
+        rtol, atol = torch.finfo(dtype).eps, 1e-4 * scale
+    torch.testing.assert_close(yd, ref, rtol=rtol, atol=atol)
+
+
+def run_checked(w, x, kernel, split_k, bias=None, with_col_info=True):
+    m = x.numel() // w.k
+    poison(m * w.n, effective_split(w, m, kernel, split_k, with_col_info) * m * w.n)
+    y = run_plan(w, x, kernel, split_k, bias, with_col_info)
+    ref, scale = w.reference(x, bias)
+    check(y, ref, scale, x.dtype)
+    return y
+
+
+def test_poison_reaches_the_next_allocation():
+    # The premise of the "every element written" checks.
+    for numels in [(1000,), (7 * 320, 4 * 7 * 320), (4096 * 384,)]:
+        poison(*numels)
+        got = [torch.empty(n, device=DEV) for n in numels]
+        assert all(torch.isnan(t).all() for t in got)
+
+
+# ----------------------------------------------------------------------------------------------
+# every kernel against the fp64 reference
+
+PATTERNS = [(2, 4), (1, 4), (2, 8), (4, 8), (16, 32), (12, 32), (8, 32), (4, 32)]
+PATTERNS_ALL = PATTERNS + [(1, 2), (8, 64), (32, 64)]
+MS = [1, 2, 3, 8, 16, 17, 64, 255, 256]
+MS_OTHER_L = [1, 3, 16, 17, 64, 255]
+
+
+def _plan_cases():
+    cases = []
+
+    def add(kernel, N, M, L, m, splits):
+        if supports(kernel, m, N, M, L):
+            for s in (splits if kernel != GENERIC else (1,)):
+                cases.append(pytest.param(kernel, N, M, L, m, s, id=f"k{kernel}-{N}:{M}-L{L}-m{m}-s{s}"))
+
+    for kernel, (N, M), m in itertools.product(range(9), PATTERNS_ALL, MS):
+        add(kernel, N, M, 32, m, (1, 2, 4))
+    for L, kernel, (N, M), m in itertools.product((4, 16, 64, 128), range(9), PATTERNS_ALL, MS_OTHER_L):
+        add(kernel, N, M, L, m, (1, 4))
+    for L, (N, M), m in itertools.product((1, 2, 8), PATTERNS_ALL, MS_OTHER_L):
+        add(GENERIC, N, M, L, m, (1,))
+        add(DECODE, N, M, L, m, (1, 2))
+    return cases
+
+
+@pytest.mark.parametrize("kernel,N,M,L,m,split_k", _plan_cases())
+def test_kernel_matches_fp64(kernel, N, M, L, m, split_k):
+    w = small_weight(N, M, L)
+    x = torch.randn(m, w.k, device=DEV)
+    bias = w.bias if m % 2 else None  # odd m with bias, even m without
+    run_checked(w, x, kernel, split_k, bias)
+
+
+@pytest.mark.parametrize("with_col_info", [False, True], ids=["plain", "col_info"])
+@pytest.mark.parametrize("L", [1, 2, 4, 16, 32, 64, 128])
+@pytest.mark.parametrize("pattern", PATTERNS_ALL, ids=lambda p: f"{p[0]}:{p[1]}")
+def test_auto_path_matches_fp64(pattern, L, with_col_info):
+    N, M = pattern
+    w = small_weight(N, M, L)
+    for m in MS + [1000]:
+        x = torch.randn(m, w.k, device=DEV)
+        run_checked(w, x, None, 1, w.bias if m % 2 else None, with_col_info)
+
+
+@pytest.mark.parametrize("kernel,split_k", [(None, 1)] + [(k, s) for k in TILED + PACKED for s in (1, 2)])
+@pytest.mark.parametrize("m", [1000, 4096])
+@pytest.mark.parametrize("pattern", [(2, 4), (8, 32)], ids=lambda p: f"{p[0]}:{p[1]}")
+def test_large_m(pattern, m, kernel, split_k):
+    w = small_weight(*pattern, 32)
+    run_checked(w, torch.randn(m, w.k, device=DEV), kernel, split_k, w.bias)
+
+
+LLAMA = [(4096, 4096), (11008, 4096), (4096, 11008)]
+
+
+@functools.lru_cache(maxsize=2)
+def large_weight(n, k, N, M, L=32):
+    return Weight(n, k, N, M, L)
+
+
+@pytest.mark.parametrize("pattern", [(2, 4), (8, 32)], ids=lambda p: f"{p[0]}:{p[1]}")
+@pytest.mark.parametrize("shape", LLAMA, ids=lambda s: f"n{s[0]}-k{s[1]}")
+def test_llama_shapes(shape, pattern):
+    w = large_weight(*shape, *pattern)
+    for m in (1, 16, 64, 256):
+        for with_col_info in (False, True):
+            run_checked(w, torch.randn(m, w.k, device=DEV), None, 1, w.bias, with_col_info)
+    # Forced plans: decode with and without split-K, every tiled and packed kernel.
+    for kernel, split_k, m in [(DECODE, 1, 16), (DECODE, 8, 3)] + \
+            [(k, s, 256) for k in TILED + PACKED for s in (1, 4)]:
+        run_checked(w, torch.randn(m, w.k, device=DEV), kernel, split_k, w.bias)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("kernel,split_k", [(None, 1), (GENERIC, 1), (DECODE, 2), (3, 2), (7, 1)])
+def test_half_precision(kernel, split_k, dtype):
+    N, M, L = 4, 32, 32
+    w = small_weight(N, M, L)
+    m = 8 if kernel == DECODE else 40
+    x = torch.randn(m, w.k, device=DEV).to(dtype)
+    vals, idx, _, _, _, (cols, packed) = w.args()
+    bias = w.bias.to(dtype)
+    vals_h = vals.to(dtype)
+    if kernel is None:
+        y = ops.spmm(x, vals_h, idx, N, M, L, bias, cols, packed)
+    else:
+        y = ops.spmm_with_plan(x, vals_h, idx, N, M, L, bias, cols, packed, kernel, split_k)
+    assert y.dtype == dtype
+    dense = _dense64(vals_h, idx, N, M, L)
+    ref = x.double() @ dense.t() + bias.double()
+    scale = (x.double().abs() @ dense.abs().t()).max().item() + bias.double().abs().max().item()
+    check(y, ref, scale, dtype)
+
+
+# ----------------------------------------------------------------------------------------------
+# layouts, shapes, repetition, determinism
+
+FAMILIES = [(GENERIC, 1), (DECODE, 1), (DECODE, 4), (2, 1), (4, 2), (5, 1), (6, 1), (8, 2), (None, 1)]
+
+
+def fam_id(p):
+    return "auto" if p[0] is None else f"k{p[0]}-s{p[1]}"
+
+
+@pytest.mark.parametrize("plan", FAMILIES, ids=fam_id)
+@pytest.mark.parametrize("layout", ["transposed", "strided_cols", "row_slice", "offset_cols", "expanded",
+                                    "3d", "3d_strided"])
+def test_non_contiguous_and_3d_x(layout, plan):
+    kernel, split_k = plan
+    w = small_weight(8, 32, 32)
+    k = w.k
+    m = 6
+    if layout == "transposed":
+        x = torch.randn(k, m, device=DEV).t()
+    elif layout == "strided_cols":
+        x = torch.randn(m, 2 * k, device=DEV)[:, ::2]
+    elif layout == "row_slice":       # row stride k + 8
+        x = torch.randn(m, k + 8, device=DEV)[:, :k]
+    elif layout == "offset_cols":     # storage offset 1 and row stride k + 1: not 16-byte aligned
+        x = torch.randn(m, k + 1, device=DEV)[:, 1:]
+    elif layout == "expanded":        # row stride 0
+        x = torch.randn(1, k, device=DEV).expand(m, k)
+    elif layout == "3d":
+        x = torch.randn(2, 3, k, device=DEV)
+    else:
+        x = torch.randn(3, 2 * k, 2, device=DEV)[:, ::2, 1].unsqueeze(0).expand(2, 3, k)
+    y = run_plan(w, x, kernel, split_k, w.bias)
+    assert y.shape == (*x.shape[:-1], w.n)
+    ref, scale = w.reference(x, w.bias)
+    check(y, ref, scale)
+
+
+@pytest.mark.parametrize("plan", FAMILIES, ids=fam_id)
+def test_empty_batch(plan):
+    kernel, split_k = plan
+    w = small_weight(2, 4, 32)
+    for shape in [(0, w.k), (2, 0, w.k)]:
+        y = run_plan(w, torch.randn(*shape, device=DEV), kernel, split_k, w.bias)
+        assert y.shape == (*shape[:-1], w.n)
+
+
+def test_repeated_calls_and_interleaved_shapes():
+    w1, w2 = small_weight(2, 4, 32), small_weight(8, 32, 16)
+    xs1 = [torch.randn(m, w1.k, device=DEV) for m in (1, 17, 256)]
+    xs2 = [torch.randn(m, w2.k, device=DEV) for m in (3, 64)]
+    first = [run_plan(w1, x, None, 1, w1.bias) for x in xs1]
+    for _ in range(5):
+        for x in xs2:
+            run_checked(w2, x, None, 1)
+        for x, y0 in zip(xs1, first):
+            assert torch.equal(run_plan(w1, x, None, 1, w1.bias), y0)
+    for x, y0 in zip(xs1, first):
+        ref, scale = w1.reference(x, w1.bias)
+        check(y0, ref, scale)
+
+
+DET_PLANS = [(GENERIC, 1), (DECODE, 1), (DECODE, 2), (DECODE, 8), (DECODE, 32), (None, 1)] + \
+    [(k, s) for k in TILED + PACKED for s in (1, 2, 4)]
+
+
+@pytest.mark.parametrize("plan", DET_PLANS, ids=fam_id)
+def test_bitwise_deterministic(plan):
+    kernel, split_k = plan
+    w = large_weight(512, 2048, 2, 8)
+    for m in ((8, 16) if kernel == DECODE else (8, 200)):
+        x = torch.randn(m, w.k, device=DEV)
+        ys = [run_plan(w, x, kernel, split_k, w.bias) for _ in range(3)]
+        assert torch.equal(ys[0], ys[1]) and torch.equal(ys[0], ys[2])
+        ref, scale = w.reference(x, w.bias)
+        check(ys[0], ref, scale)
+
+
+@pytest.mark.parametrize("split_k", [16, 64])
+def test_more_splits_than_windows(split_k):
+    # Decode with more k-splits than windows: the empty splits contribute zeros.
+    w = small_weight(2, 32, 32)  # k = 224: 7 windows
+    for m in (1, 5, 16):
+        run_checked(w, torch.randn(m, w.k, device=DEV), DECODE, split_k, w.bias)
+
+
+# ----------------------------------------------------------------------------------------------
+# streams, CUDA graphs, torch.compile
+
+
+@pytest.mark.parametrize("plan", FAMILIES, ids=fam_id)
+def test_side_stream(plan):
+    # The op must launch on the current stream. The side stream is first kept busy producing x;
+    # a kernel launched on another stream would read x before it is ready.
+    kernel, split_k = plan
+    w = small_weight(4, 32, 32)
+    m = 8 if kernel == DECODE else 48
+    a = torch.randn(2048, 2048, device=DEV) / 45.0
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        t = a
+        for _ in range(30):
+            t = torch.tanh(t @ a)
+        x = t[:m, : w.k] * 10.0
+        y = run_plan(w, x, kernel, split_k, w.bias)
+        y_sum = y.sum()  # consumed on the side stream too
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    ref, scale = w.reference(x, w.bias)
+    check(y, ref, scale)
+    torch.testing.assert_close(y_sum.double(), ref.sum(), rtol=1e-4, atol=1e-3 * scale)
+
+
+@pytest.mark.parametrize("with_col_info", [False, True], ids=["plain", "col_info"])
+@pytest.mark.parametrize("m", [1, 8, 16, 64, 256])
+def test_cuda_graph_capture_and_replay(m, with_col_info):
+    w = large_weight(512, 2048, 2, 8)  # k large enough for the heuristic to split k
+    static_x = torch.randn(m, w.k, device=DEV)
+
+    def op(x):
+        return run_plan(w, x, None, 1, w.bias, with_col_info)
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            op(static_x)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        static_y = op(static_x)
+    for _ in range(3):
+        new_x = torch.randn(m, w.k, device=DEV)
+        static_x.copy_(new_x)
+        g.replay()
+        eager = op(new_x)
+        torch.cuda.synchronize()
+        assert torch.equal(static_y, eager)
+        ref, scale = w.reference(new_x, w.bias)
+        check(static_y, ref, scale)
+
+
+@pytest.mark.parametrize("plan", [(DECODE, 8), (3, 4), (7, 2), (GENERIC, 1)], ids=fam_id)
+def test_cuda_graph_forced_split_k(plan):
+    kernel, split_k = plan
+    w = large_weight(256, 1024, 2, 4)
+    m = 4 if kernel == DECODE else 96
+    static_x = torch.randn(m, w.k, device=DEV)
+    run_plan(w, static_x, kernel, split_k, w.bias)  # warm-up outside the capture
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        static_y = run_plan(w, static_x, kernel, split_k, w.bias)
+    for _ in range(2):
+        new_x = torch.randn(m, w.k, device=DEV)
+        static_x.copy_(new_x)
+        g.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(static_y, run_plan(w, new_x, kernel, split_k, w.bias))
+
+
+class LinearThenSpmm(nn.Module):
+    """nn.Linear followed by the sparse op: the shape of pytorch#157363's regression test."""
+
+    def __init__(self, w):
+        super().__init__()
+        self.lin = nn.Linear(w.k, w.k)
+        self.register_buffer("values", w.values)
+        self.register_buffer("indices", w.indices)
+        self.register_buffer("cols", w.col_info)
+        self.register_buffer("packed", w.packed_indices)
+        self.register_buffer("bias", w.bias)
+        self.pattern = (w.N, w.M, w.L)
+
+    def forward(self, x):
+        h = self.lin(x)
+        return ops.spmm(h, self.values, self.indices, *self.pattern, self.bias, self.cols, self.packed)
+
+
+@pytest.mark.parametrize("m", [1, 256])
+def test_torch_compile_reduce_overhead(m):
+    torch._dynamo.reset()
+    w = large_weight(512, 2048, 2, 8)  # decode and tiled plans with split-K (a workspace)
+    mod = LinearThenSpmm(w).to(DEV).eval()
+    compiled = torch.compile(mod, fullgraph=True, mode="reduce-overhead")
+    with torch.no_grad():
+        for _ in range(4):
+            x = torch.randn(m, w.k, device=DEV)
+            y = compiled(x).clone()
+            h = mod.lin(x)
+            ref, scale = w.reference(h, w.bias)
+            torch.cuda.synchronize()
+            assert not torch.isnan(y).any()
+            # The compiled nn.Linear may round differently from eager; allow for its error too.
+            torch.testing.assert_close(y.double(), ref, rtol=1e-4, atol=1e-4 * scale)
+            torch.testing.assert_close(y, mod(x), rtol=1e-4, atol=1e-4 * scale)
+    torch._dynamo.reset()
+
+
+# ----------------------------------------------------------------------------------------------
+# prune / compress / decompress / col_info on the GPU: bit-identical to the CPU
+
+FORMAT_CASES = [(N, M, L) for (N, M), L in itertools.product(PATTERNS, (1, 16, 32, 64, 128))] + \
+    [(1, 2, 4), (8, 64, 16), (32, 64, 1), (3, 8, 2), (8, 8, 32)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("case", FORMAT_CASES, ids=lambda c: f"{c[0]}:{c[1]}-L{c[2]}")
+def test_format_ops_match_cpu_bitwise(case, dtype):
+    N, M, L = case
+    n = L * max(2, 384 // L)
+    k = max(3 * M, 160) // M * M
+    w_cpu = torch.randn(n, k).to(dtype)
+    w_gpu = w_cpu.to(DEV)
+    mask_cpu, mask_gpu = ops.prune(w_cpu, N, M, L), ops.prune(w_gpu, N, M, L)
+    assert mask_gpu.is_cuda and torch.equal(mask_gpu.cpu(), mask_cpu)
+    v_cpu, i_cpu = ops.compress(w_cpu, mask_cpu, N, M, L)
+    v_gpu, i_gpu = ops.compress(w_gpu, mask_gpu, N, M, L)
+    assert v_gpu.is_cuda and i_gpu.is_cuda
+    assert torch.equal(v_gpu.cpu(), v_cpu) and torch.equal(i_gpu.cpu(), i_cpu)
+    d_gpu = ops.decompress(v_gpu, i_gpu, N, M, L)
+    assert d_gpu.is_cuda and torch.equal(d_gpu.cpu(), ops.decompress(v_cpu, i_cpu, N, M, L))
+    c_cpu, p_cpu = ops.col_info(i_cpu, N, M, L)
+    c_gpu, p_gpu = ops.col_info(i_gpu, N, M, L)
+    assert c_gpu.is_cuda and p_gpu.is_cuda
+    assert torch.equal(c_gpu.cpu(), c_cpu) and torch.equal(p_gpu.cpu(), p_cpu)
+
+
+def test_prune_ties_match_cpu():
+    # Exact ties (equal magnitudes, all-equal and all-zero windows) are broken the same way.
+    base = torch.randn(64, 128)
+    tied = base.clone()
+    tied[:, 1::8] = tied[:, 3::8].neg()
+    for w in (tied, torch.ones(64, 128), torch.zeros(64, 128), base.round()):
+        for N, M, L in [(2, 8, 16), (1, 4, 1), (3, 8, 64)]:
+            assert torch.equal(ops.prune(w.to(DEV), N, M, L).cpu(), ops.prune(w, N, M, L))
+
+
+def test_format_ops_llama_shape_match_cpu():
+    w = torch.randn(4096, 4096)
+    for N, M, L in [(2, 4, 32), (8, 32, 64)]:
+        mask = ops.prune(w, N, M, L)
+        assert torch.equal(ops.prune(w.to(DEV), N, M, L).cpu(), mask)
+        v, i = ops.compress(w, mask, N, M, L)
+        c, p = ops.col_info(i, N, M, L)
+        c2, p2 = ops.col_info(i.to(DEV), N, M, L)
+        assert torch.equal(c2.cpu(), c) and torch.equal(p2.cpu(), p)
