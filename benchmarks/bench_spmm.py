@@ -311,8 +311,6 @@ class Timer:
                 self.kind = "fallback: CUDA events, 256 MB L2 flush, median (triton not importable)"
 
     def bench(self, fn: Callable[[], object]) -> float:
-        import torch
-
         if self._do_bench is not None:
             try:
                 return float(self._do_bench(fn, warmup=self.warmup, rep=self.rep, return_mode="median"))
@@ -498,11 +496,27 @@ class Runner:
         self.base: Dict[tuple, Dict] = {}
         self.nm: Dict[tuple, Dict] = {}
         self.gen = torch.Generator(device=self.device)
+        self._copy_store: Dict[tuple, Dict[int, object]] = {}
 
     # -------------------------------------------------------------- helpers
     def _seed(self, *key) -> None:
         # Stable across processes (str hashes are salted per process).
         self.gen.manual_seed((zlib.crc32(repr(key).encode()) ^ self.args.seed) & 0x7FFFFFFF)
+
+    def _copies(self, key, first, clone: Callable[[], object]) -> Callable[[int], object]:
+        """Weight copies for the CUDA-graph rotation, made once per (n, k) group and reused for
+        every m (dropped by ``_drop_copies``); copy 0 is the original."""
+        store = self._copy_store.setdefault(key, {0: first})
+
+        def get(i: int):
+            if i not in store:
+                store[i] = clone()
+            return store[i]
+        return get
+
+    def _drop_copies(self, prefix=None) -> None:
+        for key in [k for k in self._copy_store if prefix is None or k[0] == prefix]:
+            del self._copy_store[key]
 
     def _graph_ok(self, m: int) -> bool:
         return self.cuda and m <= self.st.graph_max_m
@@ -546,8 +560,10 @@ class Runner:
                     rec["ms"] = self.timer.bench(lambda: F.linear(x, w))
                     if self._graph_ok(m):
                         try:
-                            def make(i, x=x, w=w):
-                                wi = w if i == 0 else w.clone()
+                            copies = self._copies(("dense", d if d != "tf32" else "fp32"), w, w.clone)
+
+                            def make(i, x=x, copies=copies):
+                                wi = copies(i)
                                 return lambda: F.linear(x, wi)
                             rec["ms_graph"], rec["graph_copies"] = self.timer.graph(
                                 make, w.numel() * w.element_size(), rec["ms"])
@@ -574,8 +590,10 @@ class Runner:
                             try:
                                 from torch.sparse import to_sparse_semi_structured
 
-                                def make(i, x=x, ws=ws, wp=wp):
-                                    wi = ws if i == 0 else to_sparse_semi_structured(wp)
+                                copies = self._copies(("semi", d), ws, lambda wp=wp: to_sparse_semi_structured(wp))
+
+                                def make(i, x=x, copies=copies):
+                                    wi = copies(i)
                                     return lambda: F.linear(x, wi)
                                 rec["ms_graph"], rec["graph_copies"] = self.timer.graph(
                                     make, n * k * es // 2 + n * k // 8, rec["ms"], max_copies=64)
@@ -586,6 +604,7 @@ class Runner:
                                "note": f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"}
                 self.base[(m, n, k, impl)] = rec
                 prog.update(1, f"{impl} m={m}")
+        self._drop_copies()
         del W, weights, semi
 
     # -------------------------------------------------------------- nmspmm
@@ -633,6 +652,7 @@ class Runner:
                         prog.update(1, f"{p} {v.label} m={m} n={n} k={k}")
                     del ref
                 del wt64
+            self._drop_copies("nm")
             del packed32
         if self.cuda:
             torch.cuda.empty_cache()
@@ -682,10 +702,12 @@ class Runner:
             rec["note"] = f"best of split_k {SWEEP_SPLITS}"
         if self._graph_ok(m):
             try:
+                copies = self._copies(("nm", str(p), d), packed, lambda: replace(
+                    packed, values=packed.values.clone(), indices=packed.indices.clone(),
+                    col_info=packed.col_info.clone(), packed_indices=packed.packed_indices.clone()))
+
                 def mk(i):
-                    pk = packed if i == 0 else replace(
-                        packed, values=packed.values.clone(), indices=packed.indices.clone(),
-                        col_info=packed.col_info.clone(), packed_indices=packed.packed_indices.clone())
+                    pk = copies(i)
                     return make(pk) if v.label == "auto" else make(pk, kernel, split)
                 rec["ms_graph"], rec["graph_copies"] = self.timer.graph(
                     mk, packed.nbytes(with_metadata=True), ms_)

@@ -238,7 +238,6 @@ def time_decode_eager(model, clock: Clock, args, vocab: int, batch: int, gen) ->
         t = clock.ms(steps) / args.new_tokens
         if rep > 0 or args.reps == 1:
             times.append(t)
-        del out, cache, state
     return statistics.median(times)
 
 
@@ -274,9 +273,7 @@ def time_decode_graph(model, clock: Clock, args, cfg, batch: int, gen) -> float:
         for _ in range(args.new_tokens):
             g.replay()
     replay()  # warmup
-    t = statistics.median(clock.ms(replay) for _ in range(args.reps)) / args.new_tokens
-    del g, cache
-    return t
+    return statistics.median(clock.ms(replay) for _ in range(args.reps)) / args.new_tokens
 
 
 # ------------------------------------------------------------------------------------ main loop
