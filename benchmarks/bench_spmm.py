@@ -672,7 +672,7 @@ class Runner:
                 return lambda: ops.spmm_with_plan(x, pk.values, pk.indices, p.N, p.M, p.L, None, pk.col_info,
                                                   pk.packed_indices, kernel, split)
         # A sweep keeps >= 4 k-blocks of 64 per split (smaller splits are not meaningful).
-        splits = tuple(x for x in SWEEP_SPLITS if x == 1 or k // (64 * x) >= 4) if v.split == -1 else (split,)
+        splits = tuple(s for s in SWEEP_SPLITS if s == 1 or k // (64 * s) >= 4) if v.split == -1 else (split,)
         best = None
         for s in splits:
             fn = make(packed) if v.label == "auto" else make(packed, kernel, s)
