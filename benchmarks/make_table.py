@@ -118,7 +118,7 @@ def e2e_table(data: Dict) -> List[str]:
            f"(the full models have 32), prefill 1×{st.get('prefill')} tokens, decode {st.get('new_tokens')} "
            f"new tokens; nmspmm computes in fp32 also for bf16 models (values and activations upcast in the op).",
            "",
-           "| model | dtype | weights | prefill ms | prefill speedup | decode tok/s b=1 (graph) | "
+           "| model | dtype | variant | prefill ms | prefill speedup | decode tok/s b=1 (graph) | "
            "decode tok/s b=16 (graph) | decode speedup b=1 | weight MiB | peak MiB |",
            "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
