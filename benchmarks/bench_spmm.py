@@ -699,7 +699,7 @@ class Runner:
         rec.update(status="ok", kernel=kernel, split_k=split, ms=ms_, rel_err=err,
                    bytes=nm_bytes(packed, kernel, m, x.element_size()))
         if v.split == -1:
-            rec["note"] = f"best of split_k {SWEEP_SPLITS}"
+            rec["note"] = f"best of split_k {splits}"
         if self._graph_ok(m):
             try:
                 copies = self._copies(("nm", str(p), d), packed, lambda: replace(
