@@ -142,7 +142,7 @@ std::tuple<at::Tensor, at::Tensor> col_info_cpu(const at::Tensor& indices, int64
   const int64_t rows_per_block = kPackKBlock / M * N;  // compressed rows in one k-block
   const int64_t vec_per_tile = std::max<int64_t>(1, kPackTileN / L);
   auto cols = at::full({n_tiles, k_blocks, kPackKBlock}, kUnusedCol, indices.options());
-  auto packed = at::empty_like(indices);
+  auto packed = at::empty(indices.sizes(), indices.options());
   const auto ic = indices.contiguous();
   const uint8_t* ip = ic.data_ptr<uint8_t>();
   uint8_t* cp = cols.data_ptr<uint8_t>();
