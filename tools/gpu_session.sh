@@ -11,7 +11,7 @@ echo "build: $(( $(date +%s) - t0 )) s"
 for phase in "$@"; do
   t=$(date +%s)
   case "$phase" in
-    tests) timeout 300 python3 -m pytest -q -x --no-header -p no:cacheprovider tests > "$OUT/pytest_gpu.txt" 2>&1; echo "tests rc=$?"; tail -15 "$OUT/pytest_gpu.txt" ;;
+    tests) timeout 300 python3 -m pytest -q -rf --no-header -p no:cacheprovider tests > "$OUT/pytest_gpu.txt" 2>&1; echo "tests rc=$?"; tail -15 "$OUT/pytest_gpu.txt" ;;
     sanitize) for tool in memcheck racecheck; do timeout 240 compute-sanitizer --tool $tool --print-limit 20 python3 tools/sanitize_run.py > "$OUT/sanitizer_$tool.txt" 2>&1; echo "sanitizer $tool rc=$?"; tail -3 "$OUT/sanitizer_$tool.txt"; done ;;
     quick) python3 benchmarks/bench_spmm.py --quick --out "$OUT/quick" > "$OUT/bench_quick.txt" 2>&1; echo "quick rc=$?"; tail -40 "$OUT/bench_quick.txt" ;;
     full) python3 benchmarks/bench_spmm.py --suite all --out "$OUT/full" > "$OUT/bench_full.txt" 2>&1; echo "full rc=$?"; tail -60 "$OUT/bench_full.txt" ;;
