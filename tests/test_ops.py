@@ -271,6 +271,35 @@ def test_col_info_properties(case, device, nm):
     check_col_info(nm, cols, packed, indices, N, M, L)
 
 
+@pytest.mark.parametrize("layout", ["transposed", "strided"])
+def test_col_info_non_contiguous_indices(layout, device, nm):
+    N, M, L = 4, 32, 16
+    _, indices = nm.random_packed(256, 128, N, M, L, device=device)
+    if layout == "transposed":  # dense, strides (1, rows)
+        view = indices.t().contiguous().t()
+    else:
+        view = torch.cat([indices, indices], 1)[:, : indices.shape[1]]
+    assert not view.is_contiguous()
+    cols, packed = ops.col_info(view, N, M, L)
+    ref_cols, ref_packed = ops.col_info(indices, N, M, L)
+    assert torch.equal(cols, ref_cols) and torch.equal(packed, ref_packed)
+    check_col_info(nm, cols, packed, indices, N, M, L)
+
+
+def test_format_ops_transposed_layout_inputs(device, nm):
+    # Dense inputs whose memory is in transposed order (e.g. a weight stored as W.T.contiguous().T).
+    N, M, L = 2, 8, 16
+    w = torch.randn(128, 64, device=device).t()  # [64, 128]
+    assert not w.is_contiguous()
+    mask = ops.prune(w, N, M, L)
+    assert torch.equal(mask.cpu(), ref_prune(w.cpu(), N, M, L))
+    values, indices = ops.compress(w, mask.t().contiguous().t(), N, M, L)
+    rv, ri = ref_compress(w.cpu(), mask.cpu(), N, M, L)
+    assert torch.equal(values.cpu(), rv) and torch.equal(indices.cpu(), ri)
+    dense = ops.decompress(values.t().contiguous().t(), indices.t().contiguous().t(), N, M, L)
+    assert torch.equal(dense, w * mask)
+
+
 def test_col_info_dense_and_sparse_extremes(device, nm):
     # N = M: every offset is used, packed == in-block offset.
     idx = torch.arange(8, dtype=torch.uint8, device=device).repeat(128 // 8)[:, None]
