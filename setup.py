@@ -38,7 +38,8 @@ def _extension():
     include_dirs = [os.path.join(ROOT, "csrc")]
     if _want_cuda():
         os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "8.0;9.0")
-        sources += sorted(glob.glob(os.path.join("csrc", "cuda", "*.cu")))
+        # Op bindings are plain C++ (g++): no torch host code goes through nvcc.
+        sources += sorted(glob.glob(os.path.join("csrc", "cuda", "*.cpp")))
         sources += sorted(glob.glob(os.path.join("csrc", "cuda", "kernels", "*.cu")))
         nvcc = opt + ["-std=c++17", "-lineinfo", "--expt-relaxed-constexpr",
                       "--threads", os.environ.get("NVCC_THREADS", "2")]

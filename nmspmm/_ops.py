@@ -21,7 +21,7 @@ def _cdiv(a, b):
 
 @torch.library.register_fake("nmspmm::prune")
 def _prune_fake(weight, N, M, L):
-    return torch.empty_like(weight, dtype=torch.bool)
+    return weight.new_empty(weight.shape, dtype=torch.bool)
 
 
 @torch.library.register_fake("nmspmm::compress")
@@ -42,7 +42,7 @@ def _col_info_fake(indices, N, M, L):
     w, vectors = indices.shape
     out, inp = vectors * L, w // N * M
     cols = indices.new_empty((_cdiv(out, PACK_TILE_N), _cdiv(inp, PACK_K_BLOCK), PACK_K_BLOCK))
-    return cols, torch.empty_like(indices)
+    return cols, indices.new_empty(indices.shape)
 
 
 def _spmm_fake_impl(x, values):

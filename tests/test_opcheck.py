@@ -58,19 +58,11 @@ def test_opcheck_format_ops_transposed_layout_ok(device):
     opcheck(ops.decompress, (values.t().contiguous().t(), indices.t().contiguous().t(), N, M, L))
 
 
-FAKE_STRIDES = pytest.mark.xfail(
-    strict=True, reason="nmspmm/_ops.py fake kernels of prune (mask) and col_info (packed_indices) "
-    "use torch.empty_like, which keeps a dense non-contiguous input's strides, while the CPU and "
-    "CUDA kernels return contiguous tensors: test_faketensor reports a stride mismatch")
-
-
-@FAKE_STRIDES
 def test_opcheck_prune_transposed_weight(device):
     w = torch.randn(64, 32, device=device).t()  # [32, 64], strides (1, 32)
     opcheck(ops.prune, (w, 2, 4, 16))
 
 
-@FAKE_STRIDES
 def test_opcheck_col_info_transposed_indices(device):
     _, _, _, indices = _weight(64, 64, 2, 4, 16, torch.float32, device)
     opcheck(ops.col_info, (indices.t().contiguous().t(), 2, 4, 16))

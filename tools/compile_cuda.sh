@@ -24,7 +24,7 @@ fi
 if [ "$#" -gt 0 ]; then
   files=("$@")
 else
-  mapfile -t files < <(find csrc/cuda -name '*.cu' -type f 2>/dev/null | sort)
+  mapfile -t files < <(find csrc/cuda \( -name '*.cu' -o -name '*.cpp' \) -type f 2>/dev/null | sort)
 fi
 if [ "${#files[@]}" -eq 0 ]; then
   echo "compile_cuda.sh: SKIP: no .cu files under csrc/cuda yet"
@@ -34,6 +34,8 @@ fi
 PYTHON="${PYTHON:-python}"
 TORCH="$("$PYTHON" -c 'import torch, os; print(os.path.dirname(torch.__file__))')"
 JOBS="${NMSPMM_NVCC_JOBS:-2}"
+CUDA_INC="$(dirname "$(dirname "$(command -v "$NVCC")")")/include"
+[ -f "$CUDA_INC/cuda_runtime.h" ] || CUDA_INC=/usr/local/cuda/include
 LOGDIR="$(mktemp -d)"
 trap 'rm -rf "$LOGDIR"' EXIT
 
@@ -51,7 +53,13 @@ compile_one() {
   local f="$1" log start
   log="$LOGDIR/$(echo "$f" | tr '/' '_').log"
   start=$SECONDS
-  if "$NVCC" "${FLAGS[@]}" "$f" >"$log" 2>&1; then
+  local cmd=("$NVCC" "${FLAGS[@]}")
+  # Op bindings (.cpp) are host C++ that setup.py compiles with the C++ compiler.
+  if [[ "$f" == *.cpp ]]; then
+    cmd=("${CXX:-g++}" -std=c++17 -c -o /dev/null -DNMSPMM_WITH_CUDA -I csrc -I tools/compile_check_include
+         -I "$TORCH/include" -I "$TORCH/include/torch/csrc/api/include" -I "$CUDA_INC")
+  fi
+  if "${cmd[@]}" "$f" >"$log" 2>&1; then
     echo "  ok   $f ($((SECONDS - start)) s)"
   else
     echo "  FAIL $f ($((SECONDS - start)) s)"
