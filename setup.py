@@ -33,7 +33,7 @@ def _extension():
 
     debug = os.environ.get("DEBUG", "0") == "1"
     opt = ["-O0", "-g"] if debug else ["-O3"]
-    cxx = opt + ["-std=c++17", "-DPy_LIMITED_API=0x03090000"]
+    cxx = opt + ["-std=c++20", "-DPy_LIMITED_API=0x03090000"]
     sources = [os.path.join("csrc", "nmspmm_ops.cpp")] + sorted(glob.glob(os.path.join("csrc", "cpu", "*.cpp")))
     include_dirs = [os.path.join(ROOT, "csrc")]
     if _want_cuda():
@@ -41,7 +41,7 @@ def _extension():
         # Op bindings are plain C++ (g++): no torch host code goes through nvcc.
         sources += sorted(glob.glob(os.path.join("csrc", "cuda", "*.cpp")))
         sources += sorted(glob.glob(os.path.join("csrc", "cuda", "kernels", "*.cu")))
-        nvcc = opt + ["-std=c++17", "-lineinfo", "--expt-relaxed-constexpr",
+        nvcc = opt + ["-std=c++20", "-lineinfo", "--expt-relaxed-constexpr",
                       "--threads", os.environ.get("NVCC_THREADS", "2")]
         return CUDAExtension("nmspmm._C", sources, include_dirs=include_dirs,
                              extra_compile_args={"cxx": cxx + ["-DNMSPMM_WITH_CUDA"], "nvcc": nvcc},
@@ -50,10 +50,43 @@ def _extension():
                         extra_compile_args={"cxx": cxx}, py_limited_api=True)
 
 
+def _torch_libstdcxx():
+    """Path of the libstdc++.so.6 loaded with torch in this process (Linux), else None."""
+    import torch  # noqa: F401  (loads libstdc++)
+
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                path = line.split()[-1]
+                if os.path.basename(path).startswith("libstdc++.so.6"):
+                    return path
+    except OSError:
+        pass
+    return None
+
+
 def _build_ext():
     from torch.utils.cpp_extension import BuildExtension
 
-    return BuildExtension
+    class BuildExt(BuildExtension):
+        """torch's BuildExtension; on Linux the extension links the libstdc++ that torch runs with.
+
+        A compiler whose own libstdc++ is only a static archive (seen on the GPU machine:
+        /opt/gcc/bin/g++) puts a private copy of libstdc++ into _C.so. Its locale facets differ
+        from the copy torch uses, and formatting an integer into an error message (TORCH_CHECK)
+        then segfaults. Naming torch's libstdc++.so.6 on the link line makes the extension use the
+        shared one (the static archive, searched later, is no longer needed).
+        """
+
+        def build_extensions(self):
+            lib = _torch_libstdcxx()
+            if lib:
+                print(f"nmspmm setup: linking {lib}")
+                for ext in self.extensions:
+                    ext.extra_link_args = list(ext.extra_link_args or []) + [lib]
+            super().build_extensions()
+
+    return BuildExt
 
 
 setup(

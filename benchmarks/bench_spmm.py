@@ -36,7 +36,7 @@ DENSE_DTYPES = ("fp32", "tf32", "bf16", "fp16")
 SEMI_DTYPES = ("fp16", "bf16")
 NM_DTYPES = ("fp32", "bf16", "fp16")
 # Tiled (non-packing) kernel <-> packing kernel with the same tile (csrc/dispatch.h).
-COUNTERPART = {2: 6, 3: 7, 4: 8, 6: 2, 7: 3, 8: 4}
+COUNTERPART = {2: 6, 3: 7, 4: 8, 5: 7, 9: 6, 10: 6, 11: 6, 6: 2, 7: 3, 8: 4}
 SWEEP_SPLITS = (1, 2, 4, 8, 16)
 
 CSV_COLUMNS = [
@@ -613,7 +613,7 @@ class Runner:
         if v.label in ("tiled", "packed"):
             if hk not in COUNTERPART:
                 return -1, 0
-            tiled = hk if hk in (2, 3, 4) else COUNTERPART[hk]
+            tiled = hk if hk not in (6, 7, 8) else COUNTERPART[hk]
             return (tiled if v.label == "tiled" else COUNTERPART[tiled]), hs
         split = v.split if v.split not in (None, -1) else (
             hs if (v.kernel == hk or COUNTERPART.get(v.kernel) == hk) else 1)

@@ -19,7 +19,8 @@ BASELINE_LABELS = {
     "semi24_fp16": "2:4 fp16", "semi24_bf16": "2:4 bf16",
 }
 KERNEL_NAMES = {0: "generic", 1: "decode", 2: "tiled128x128", 3: "tiled64x128", 4: "tiled32x128",
-                5: "tiled64x64", 6: "packed128x128", 7: "packed64x128", 8: "packed32x128"}
+                5: "tiled64x64", 6: "packed128x128", 7: "packed64x128", 8: "packed32x128",
+                9: "tiled128x256", 10: "tiled256x128", 11: "tiled128x128w8"}
 DECODE_MAX_M = 64
 
 

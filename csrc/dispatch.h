@@ -1,6 +1,7 @@
 // The runtime heuristic: (m, n, k, N, M, L, SM count) -> kernel and split-K. Torch-free and
 // CUDA-free so it is compiled into every build and unit-tested on the CPU. No per-shape search
-// happens at call time; the rules below were set from the benchmark (see docs/kernels.md).
+// happens at call time: a small cost model (fitted to H100 timings, see docs/kernels.md) ranks the
+// tiled kernels and split-K factors for the problem.
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -19,7 +20,10 @@ enum KernelId : int {
   kPacked128x128 = 6,   // packing: only the A columns listed in col_info
   kPacked64x128 = 7,
   kPacked32x128 = 8,
-  kNumKernels = 9,
+  kTiled128x256 = 9,    // non-packing, 256 threads: 128x256 (16x8 thread tile)
+  kTiled256x128 = 10,   //                           256x128 (16x8)
+  kTiled128x128w8 = 11, //                           128x128 (8x8)
+  kNumKernels = 12,
 };
 
 struct TileShape {
@@ -32,6 +36,9 @@ inline TileShape tile_shape(int kernel) {
     case kTiled64x128: case kPacked64x128: return {64, 128};
     case kTiled32x128: case kPacked32x128: return {32, 128};
     case kTiled64x64: return {64, 64};
+    case kTiled128x256: return {128, 256};
+    case kTiled256x128: return {256, 128};
+    case kTiled128x128w8: return {128, 128};
     default: return {0, 0};
   }
 }
@@ -39,7 +46,10 @@ inline TileShape tile_shape(int kernel) {
 inline bool is_packed_kernel(int kernel) {
   return kernel == kPacked128x128 || kernel == kPacked64x128 || kernel == kPacked32x128;
 }
-inline bool is_tiled_kernel(int kernel) { return kernel >= kTiled128x128 && kernel <= kTiled64x64; }
+inline bool is_tiled_kernel(int kernel) {
+  return (kernel >= kTiled128x128 && kernel <= kTiled64x64) ||
+         (kernel >= kTiled128x256 && kernel <= kTiled128x128w8);
+}
 
 // Which kernels can run a pattern at all (the generic kernel runs everything).
 inline bool kernel_supports(int kernel, int64_t m, int64_t N, int64_t M, int64_t L,
@@ -47,6 +57,7 @@ inline bool kernel_supports(int kernel, int64_t m, int64_t N, int64_t M, int64_t
   (void)N;
   if (kernel == kGeneric) return true;
   if (kernel == kDecode) return L >= 4 && m <= 16;
+  if (kernel == kTiled128x256 || kernel == kTiled256x128) return L >= 16 && M <= 32;
   if (is_tiled_kernel(kernel)) return L >= 16 && M <= 64;
   if (is_packed_kernel(kernel)) return L >= 16 && M <= kPackKBlock && has_col_info;
   return false;
@@ -57,10 +68,44 @@ struct Plan {
   int split_k;
 };
 
-// Sparsity (1 - N/M) at or above which the packing path is used when col_info is available.
-constexpr double kPackingThreshold = 0.80;  // measured on H100: packing wins at 87.5%, not at 75%
+// Sparsity (1 - N/M) at or above which the packing kernels are candidates (with col_info).
+constexpr double kPackingThreshold = 0.80;
 
 inline int ceil_div_i(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
+
+// Cost model of the tiled kernels, fitted to H100 timings at 4096^3 (tools/kernel_check.py):
+// one k-stage of one block costs alpha + beta * wb microseconds (wb compressed rows per stage)
+// while blocks_per_sm blocks share an SM; alpha is per k-block of 32 (doubled for 64).
+struct TiledCost {
+  int kernel;
+  int blocks_per_sm;
+  double alpha, beta;
+  int max_M;  // largest M the kernel takes (k-block 32 only: 32)
+};
+constexpr TiledCost kTiledCosts[] = {
+    {kTiled128x256, 1, 0.803, 0.190, 32},   {kTiled256x128, 1, 0.904, 0.185, 32},
+    {kTiled128x128w8, 2, 0.787, 0.199, 64}, {kTiled128x128, 2, 0.874, 0.194, 64},
+    {kTiled64x128, 4, 1.126, 0.224, 64},    {kTiled32x128, 4, 0.615, 0.121, 64},
+    {kTiled64x64, 4, 0.758, 0.096, 64},     {kPacked128x128, 2, 1.591, 0.307, 64},
+    {kPacked64x128, 4, 1.218, 0.283, 64},   {kPacked32x128, 4, 0.621, 0.158, 64},
+};
+
+// Estimated microseconds of a tiled kernel with `split` k-splits (plus the split-K reduction).
+inline double tiled_cost_us(const TiledCost& c, int64_t m, int64_t n, int64_t k, int64_t N,
+                            int64_t M, int split, int num_sms) {
+  const bool packed = is_packed_kernel(c.kernel);
+  const int64_t kblock = (packed || M > 32) ? 64 : 32;
+  const double alpha = (!packed && kblock == 64) ? 2 * c.alpha : c.alpha;
+  const double wb = static_cast<double>(kblock / M * N);
+  const TileShape t = tile_shape(c.kernel);
+  const int64_t ctas = static_cast<int64_t>(ceil_div_i(m, t.bm)) * ceil_div_i(n, t.bn) * split;
+  // Blocks on the busiest SM, in units of a full SM (at least one wave).
+  const double waves = std::max(static_cast<double>((ctas + num_sms - 1) / num_sms) / c.blocks_per_sm, 1.0);
+  const int64_t stages = (ceil_div_i(k, kblock) + split - 1) / split;
+  double us = waves * static_cast<double>(stages) * (alpha + c.beta * wb);
+  if (split > 1) us += 8.0 + static_cast<double>(split + 1) * m * n * 4 / 1.0e6;  // reduction
+  return us;
+}
 
 inline Plan choose_plan(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, int64_t L,
                         bool has_col_info, int num_sms) {
@@ -75,21 +120,24 @@ inline Plan choose_plan(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, i
     return {kDecode, split};
   }
   const double sparsity = 1.0 - static_cast<double>(N) / static_cast<double>(M);
-  const bool packed = has_col_info && sparsity >= kPackingThreshold;
-  int kernel;
-  if (m >= 1024) kernel = packed ? kPacked128x128 : kTiled128x128;
-  else if (m >= 128) kernel = packed ? kPacked64x128 : kTiled64x128;
-  else kernel = packed ? kPacked32x128 : kTiled32x128;
-  const TileShape t = tile_shape(kernel);
-  const int ctas = ceil_div_i(m, t.bm) * ceil_div_i(n, t.bn);
-  // Split k only when the grid leaves SMs idle and each split keeps a useful k-extent.
-  const int64_t kblock = packed ? kPackKBlock : (M <= 32 ? 32 : 64);
-  const int64_t kblocks = (k + kblock - 1) / kblock;
-  int split = 1;
-  const int slots = num_sms * (t.bm == 128 ? 1 : 2);
-  while (ctas * split * 2 <= slots + slots / 2 && kblocks / (split * 2) >= 8 && split < 16)
-    split *= 2;
-  return {kernel, split};
+  const bool packing = has_col_info && sparsity >= kPackingThreshold;
+  Plan best{kTiled64x128, 1};
+  double best_us = -1.0;
+  for (const TiledCost& c : kTiledCosts) {
+    if (is_packed_kernel(c.kernel) && !packing) continue;
+    if (M > c.max_M || !kernel_supports(c.kernel, m, N, M, L, has_col_info)) continue;
+    const int64_t kblocks = ceil_div_i(k, (is_packed_kernel(c.kernel) || M > 32) ? 64 : 32);
+    for (int split = 1; split <= 8; split *= 2) {
+      // Each split keeps a useful k-extent (at least 4 k-blocks).
+      if (split > 1 && kblocks / split < 4) break;
+      const double us = tiled_cost_us(c, m, n, k, N, M, split, num_sms);
+      if (best_us < 0 || us < best_us) {
+        best_us = us;
+        best = {c.kernel, split};
+      }
+    }
+  }
+  return best;
 }
 
 }  // namespace nmspmm

@@ -25,7 +25,8 @@ ops = torch.ops.nmspmm
 DEV = "cuda"
 
 GENERIC, DECODE = 0, 1
-TILED = (2, 3, 4, 5)
+TILED = (2, 3, 4, 5, 9, 10, 11)
+TILED_M32 = (9, 10)  # k-block 32 only
 PACKED = (6, 7, 8)
 
 
@@ -35,6 +36,8 @@ def supports(kernel, m, N, M, L, has_col_info=True):
         return True
     if kernel == DECODE:
         return L >= 4 and m <= 16
+    if kernel in TILED_M32:
+        return L >= 16 and M <= 32
     if kernel in TILED:
         return L >= 16 and M <= 64
     return L >= 16 and M <= 64 and has_col_info
@@ -175,9 +178,9 @@ def _plan_cases():
             for s in (splits if kernel != GENERIC else (1,)):
                 cases.append(pytest.param(kernel, N, M, L, m, s, id=f"k{kernel}-{N}:{M}-L{L}-m{m}-s{s}"))
 
-    for kernel, (N, M), m in itertools.product(range(9), PATTERNS_ALL, MS):
+    for kernel, (N, M), m in itertools.product(range(12), PATTERNS_ALL, MS):
         add(kernel, N, M, 32, m, (1, 2, 4))
-    for L, kernel, (N, M), m in itertools.product((4, 16, 64, 128), range(9), PATTERNS_ALL, MS_OTHER_L):
+    for L, kernel, (N, M), m in itertools.product((4, 16, 64, 128), range(12), PATTERNS_ALL, MS_OTHER_L):
         add(kernel, N, M, L, m, (1, 4))
     for L, (N, M), m in itertools.product((1, 2, 8), PATTERNS_ALL, MS_OTHER_L):
         add(GENERIC, N, M, L, m, (1,))

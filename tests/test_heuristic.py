@@ -1,7 +1,7 @@
 """The runtime heuristic (csrc/dispatch.h, exposed as torch.ops.nmspmm.spmm_heuristic) returns a
 kernel that can run the problem, on any build (no tensors involved).
 
-Kernel ids (csrc/dispatch.h): 0 generic, 1 decode, 2-5 tiled (non-packing), 6-8 packed."""
+Kernel ids (csrc/dispatch.h): 0 generic, 1 decode, 2-5 and 9-11 tiled (non-packing), 6-8 packed."""
 import itertools
 
 import pytest
@@ -10,9 +10,10 @@ import torch
 ops = torch.ops.nmspmm
 
 GENERIC, DECODE = 0, 1
-TILED = {2, 3, 4, 5}
+TILED = {2, 3, 4, 5, 9, 10, 11}
+TILED_M32 = {9, 10}  # k-block 32 only
 PACKED = {6, 7, 8}
-NUM_KERNELS = 9
+NUM_KERNELS = 12
 
 
 def supports(kernel, m, N, M, L, has_col_info):
@@ -21,6 +22,8 @@ def supports(kernel, m, N, M, L, has_col_info):
         return True
     if kernel == DECODE:
         return L >= 4 and m <= 16
+    if kernel in TILED_M32:
+        return L >= 16 and M <= 32
     if kernel in TILED:
         return L >= 16 and M <= 64
     if kernel in PACKED:

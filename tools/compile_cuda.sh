@@ -40,7 +40,7 @@ LOGDIR="$(mktemp -d)"
 trap 'rm -rf "$LOGDIR"' EXIT
 
 # One nvcc call per file builds device code for both architectures (the host pass runs once).
-FLAGS=(-std=c++17 -c -o /dev/null
+FLAGS=(-std=c++20 -c -o /dev/null
        -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80
        --expt-relaxed-constexpr -diag-suppress 3306
        -I csrc -I tools/compile_check_include
@@ -56,7 +56,7 @@ compile_one() {
   local cmd=("$NVCC" "${FLAGS[@]}")
   # Op bindings (.cpp) are host C++ that setup.py compiles with the C++ compiler.
   if [[ "$f" == *.cpp ]]; then
-    cmd=("${CXX:-g++}" -std=c++17 -c -o /dev/null -DNMSPMM_WITH_CUDA -I csrc -I tools/compile_check_include
+    cmd=("${CXX:-g++}" -std=c++20 -c -o /dev/null -DNMSPMM_WITH_CUDA -I csrc -I tools/compile_check_include
          -I "$TORCH/include" -I "$TORCH/include/torch/csrc/api/include" -I "$CUDA_INC")
   fi
   if "${cmd[@]}" "$f" >"$log" 2>&1; then

@@ -230,7 +230,7 @@ def build():
     return load_inline(
         name="nmspmm_preprocess_emu", cpp_sources=[CPP], functions=FUNCS,
         extra_include_paths=[os.path.join(ROOT, "csrc"), _cuda_include()],
-        extra_cflags=["-O2", "-std=c++17", "-fno-strict-aliasing"], build_directory=build_dir,
+        extra_cflags=["-O2", "-std=c++20", "-fno-strict-aliasing"], build_directory=build_dir,
         verbose=False)
 
 

@@ -1,8 +1,8 @@
 // CUDA binding of nmspmm::spmm and nmspmm::spmm_with_plan: checks the arguments, turns tensors
 // into pointers, asks the heuristic (csrc/dispatch.h) for a plan and launches the torch-free
 // kernels (csrc/cuda/kernels) on the current stream. Nothing here synchronizes; the only
-// allocations are the output and, for split-K, a workspace, both from PyTorch's caching
-// allocator (so the op is CUDA-graph capturable).
+// allocations are the output, the k-major copy of x for the tiled kernels and, for split-K, a
+// workspace, all from PyTorch's caching allocator (so the op is CUDA-graph capturable).
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/all.h>
@@ -79,12 +79,16 @@ at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const a
 
   const at::Tensor idx = (is_packed_kernel(plan.kernel) ? *packed_indices : indices).contiguous();
   const at::Tensor cols = has_col_info ? col_info->contiguous() : at::Tensor();
-  at::Tensor workspace;
+  at::Tensor workspace, xt;
   if (plan.split_k > 1) workspace = at::empty({plan.split_k, m, out}, y.options());
+  if (is_tiled_kernel(plan.kernel) || is_packed_kernel(plan.kernel))
+    xt = at::empty({in, kernels::tiled_xt_ld(m)}, y.options());
 
   kernels::SpmmParams p{};
   p.x = x2.data_ptr<float>();
   p.ldx = x2.size(0) > 1 ? x2.stride(0) : in;
+  p.xt = xt.defined() ? xt.data_ptr<float>() : nullptr;
+  p.ldxt = xt.defined() ? xt.size(1) : 0;
   p.values = vals.data_ptr<float>();
   p.indices = idx.data_ptr<uint8_t>();
   p.col_info = has_col_info ? cols.data_ptr<uint8_t>() : nullptr;

@@ -1,5 +1,5 @@
 // Torch-free C++ entry points of the SpMM kernels: raw pointers, sizes, a CUDA stream and an
-// error code. The op binding (csrc/cuda/spmm_ops.cu) is the only caller.
+// error code. The op binding (csrc/cuda/spmm_ops.cpp) is the only caller.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -11,6 +11,8 @@ namespace kernels {
 struct SpmmParams {
   const float* x;            // [m, k], row stride ldx, unit column stride
   int64_t ldx;
+  float* xt;                 // tiled and packed kernels: [k, ldxt] scratch for the k-major copy
+  int64_t ldxt;              // of x, ldxt = round_up(m, 4) (tiled_xt_ld); else unused
   const float* values;       // [w, n], w = k*N/M, 16-byte aligned
   const uint8_t* indices;    // [w, n/L]: in-window positions (or packed slots, packed kernels)
   const uint8_t* col_info;   // [ceil(n/128), ceil(k/64), 64] (packed kernels only)
@@ -21,6 +23,9 @@ struct SpmmParams {
   int N, M, L;
   int split_k;
 };
+
+// Row length of the k-major copy of x that the tiled and packed kernels read.
+inline int64_t tiled_xt_ld(int64_t m) { return (m + 3) / 4 * 4; }
 
 // Runs kernel `kernel` (a KernelId from csrc/dispatch.h) with p.split_k splits of k.
 // Returns cudaErrorInvalidValue for a kernel that cannot run this pattern, else the launch status.

@@ -2,6 +2,7 @@
 //  * decode (m <= 16): memory-bound; streams the compressed weight once with 16-byte loads,
 //    the k dimension split over blocks (and over the warps of a block), x staged in shared memory;
 //  * generic: any pattern (L = 1, 2, ...): one thread per output column and 4 rows;
+//  * transpose_x: the k-major copy of x (NM-SpMM's column-major A) that the tiled kernels read;
 //  * reduce_splits: the fixed-order split-K reduction (+ bias) that keeps results deterministic.
 #include <cuda_runtime.h>
 
@@ -132,6 +133,42 @@ __global__ void __launch_bounds__(kGenericCols) spmm_generic_kernel(const SpmmPa
     if (i0 + r < m) p.y[(i0 + r) * n + j] = acc[r] + bias;
 }
 
+constexpr int kTransposeTile = 32;
+constexpr int kTransposeRows = 8;
+
+// xt[c][i] = x[i][c] for i < m, 0 for m <= i < ldt; 32x32 tiles through shared memory so both the
+// read (along k) and the write (along m) are coalesced.
+__global__ void __launch_bounds__(kTransposeTile* kTransposeRows)
+    transpose_x_kernel(const float* __restrict__ x, int64_t ldx, int64_t m, int64_t k,
+                       float* __restrict__ xt, int64_t ldt) {
+  __shared__ float tile[kTransposeTile][kTransposeTile + 1];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int64_t i0 = static_cast<int64_t>(blockIdx.x) * kTransposeTile;
+  const int64_t c0 = static_cast<int64_t>(blockIdx.y) * kTransposeTile;
+#pragma unroll
+  for (int r = ty; r < kTransposeTile; r += kTransposeRows) {
+    const int64_t i = i0 + r, c = c0 + tx;
+    tile[r][tx] = (i < m && c < k) ? __ldg(x + i * ldx + c) : 0.f;
+  }
+  __syncthreads();
+#pragma unroll
+  for (int r = ty; r < kTransposeTile; r += kTransposeRows) {
+    const int64_t c = c0 + r, i = i0 + tx;
+    if (c < k && i < ldt) xt[c * ldt + i] = tile[tx][r];
+  }
+}
+
+cudaError_t launch_transpose_x(const SpmmParams& p, cudaStream_t stream) {
+  if (p.xt == nullptr || p.ldxt < p.m || p.ldxt % 4 != 0) return cudaErrorInvalidValue;
+  const int64_t bx = (p.ldxt + kTransposeTile - 1) / kTransposeTile;
+  const int64_t by = (p.k + kTransposeTile - 1) / kTransposeTile;
+  if (bx > 0x7fffffff || by > 65535) return cudaErrorInvalidConfiguration;
+  transpose_x_kernel<<<dim3(static_cast<unsigned>(bx), static_cast<unsigned>(by)),
+                       dim3(kTransposeTile, kTransposeRows), 0, stream>>>(p.x, p.ldx, p.m, p.k, p.xt,
+                                                                            p.ldxt);
+  return cudaGetLastError();
+}
+
 // y = sum_{z < splits} workspace[z] (+ bias), in fixed z order. n % 4 == 0.
 __global__ void reduce_splits_kernel(const float* __restrict__ ws, int splits, int64_t mn, int64_t n,
                                      const float* __restrict__ bias, float* __restrict__ y) {
@@ -179,6 +216,10 @@ cudaError_t launch_spmm(const SpmmParams& p, int kernel, cudaStream_t stream) {
   if (p.m == 0 || p.n == 0) return cudaSuccess;
   cudaError_t err = cudaSuccess;
   bool uses_split = p.split_k > 1;
+  if (is_tiled_kernel(kernel) || is_packed_kernel(kernel)) {
+    err = launch_transpose_x(p, stream);
+    if (err != cudaSuccess) return err;
+  }
   switch (kernel) {
     case kGeneric: {
       uses_split = false;
@@ -201,6 +242,9 @@ cudaError_t launch_spmm(const SpmmParams& p, int kernel, cudaStream_t stream) {
     case kTiled64x128: err = launch_nonpacked<64, 128, 8>(p, stream); break;
     case kTiled32x128: err = launch_nonpacked<32, 128, 4>(p, stream); break;
     case kTiled64x64: err = launch_nonpacked<64, 64, 8>(p, stream); break;
+    case kTiled128x256: err = launch_tiled_any_l<128, 256, 16, 32, false>(p, stream); break;
+    case kTiled256x128: err = launch_tiled_any_l<256, 128, 16, 32, false>(p, stream); break;
+    case kTiled128x128w8: err = launch_nonpacked<128, 128, 8>(p, stream); break;
     case kPacked128x128: err = launch_tiled_any_l<128, 128, 16, 64, true>(p, stream); break;
     case kPacked64x128: err = launch_tiled_any_l<64, 128, 8, 64, true>(p, stream); break;
     case kPacked32x128: err = launch_tiled_any_l<32, 128, 4, 64, true>(p, stream); break;

@@ -3,11 +3,13 @@
 //
 //   C[m0:m0+BM, n0:n0+BN] = sum over k-blocks of  A_s (gathered k-slab of x)  (*)  (B_s, D_s)
 //
+// A comes from xT [k][ldxt], the k-major copy of x that the launcher writes first
+// (transpose_x_kernel; ldxt = m rounded up to 4, the pad zeroed): NM-SpMM's column-major A, so
+// every A_s row is a contiguous run of BM floats in global memory.
 // Per k-block of KB dense inputs (KB/M windows, wb = KB*N/M compressed rows):
-//   A_s [KB][BM+4]  x[m0.., k0 + col] transposed to k-major by 4-byte cp.async. Non-packing loads
-//                   every column of the slab; packing loads only the columns col_info lists for
-//                   this column tile (row r of A_s = r-th listed column), the list fetched into
-//                   registers one stage ahead of the A tile that needs it.
+//   A_s [KB][BM]    rows of xT by 16-byte cp.async. Non-packing loads rows k0..k0+KB; packing
+//                   loads only the rows col_info lists for this column tile (row r of A_s =
+//                   r-th listed column), the list fetched into registers one stage ahead.
 //   B_s [wb][BN]    compressed values, 16-byte cp.async.
 //   D_s [wb][QT]    per (compressed row, vector) the A_s row offset, prefetched into registers a
 //                   stage ahead and stored after the current stage's math.
@@ -38,18 +40,23 @@ struct TiledConfig {
   static constexpr int WARPS_M = BM / (8 * TM);
   static constexpr int WARPS_N = BN / 32;
   static constexpr int THREADS = 32 * WARPS_M * WARPS_N;
+  // Pipeline depth (4 stages measured the same as 3 on H100 and cost shared memory).
   static constexpr int STAGES = 3;
-  static constexpr int AS = BM + 4;              // A_s row stride (floats): conflict-free stores
+  static constexpr int AS = BM;                  // A_s row stride (floats)
   static constexpr int QT_MAX = BN / 16;         // vectors per column tile for L >= 16
-  static constexpr int A_ROWS_PER_PASS = THREADS / 8;
-  static constexpr int A_PASSES_M = BM / A_ROWS_PER_PASS;
-  static constexpr int A_PASSES_K = KB / 8;
+  // A loader: a thread copies 16-byte chunk (tid % A_CPR) of A_ROWS consecutive A_s rows.
+  static constexpr int A_CPR = BM / 4;           // 16-byte chunks per A_s row
+  static constexpr int A_GROUPS = THREADS / A_CPR;
+  static constexpr int A_ROWS = KB / A_GROUPS;
   static constexpr int D_PER_THREAD = (KB * QT_MAX + THREADS - 1) / THREADS;
-  static constexpr int MIN_BLOCKS = THREADS >= 256 ? 1 : 2;
+  // Blocks per SM the register allocation must allow (TM = 16 needs ~220-240 registers; a
+  // tighter bound spills).
+  static constexpr int MIN_BLOCKS = THREADS >= 256 && TM == 16 ? 1 : 2;
   static_assert(WARPS_M >= 1 && WARPS_N >= 1, "tile too small for the warp layout");
   static_assert(TM == 4 || TM == 8 || TM == 16, "TM must be 4, 8 or 16");
-  static_assert(A_PASSES_M >= 1 && BM % A_ROWS_PER_PASS == 0, "bad A load mapping");
+  static_assert(THREADS % A_CPR == 0 && KB % A_GROUPS == 0 && A_ROWS >= 1, "bad A load mapping");
   static_assert(!PACKED || (KB == kPackKBlock && BN == kPackTileN), "packing metadata shape");
+  static_assert(!PACKED || (A_ROWS == 4 || A_ROWS == 8 || A_ROWS == 16), "col_info load width");
 
   // Floats of shared memory per stage for wb compressed rows per k-block.
   static __host__ __device__ int stage_floats(int wb) {
@@ -87,86 +94,110 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
   const int64_t kb_end = kblocks * (blockIdx.z + 1) / p.split_k;
   const int nk = static_cast<int>(kb_end - kb_begin);
 
-  // A loader: thread owns rows m_lo + A_ROWS_PER_PASS*i and slab rows r_lo + 8*j.
-  const int r_lo = tid & 7, m_lo = tid >> 3;
-  const float* a_row[C::A_PASSES_M];
-  bool a_ok[C::A_PASSES_M];
-#pragma unroll
-  for (int i = 0; i < C::A_PASSES_M; ++i) {
-    const int64_t row = m0 + m_lo + C::A_ROWS_PER_PASS * i;
-    a_ok[i] = row < M_;
-    a_row[i] = p.x + (a_ok[i] ? row : 0) * p.ldx;
-  }
+  // Only when KB does not divide k is the last k-block partial; loads check rows against k
+  // there and nowhere else.
+  const bool has_k_tail = K_ % C::KB != 0;
+  auto is_tail = [&](int s) { return has_k_tail && kb_begin + s == kblocks - 1; };
 
-  uint32_t cols[C::PACKED ? C::A_PASSES_K : 1];  // packing: this thread's col_info entries
+  // A loader: 16-byte chunk a_m of A_s rows a_r0 .. a_r0 + A_ROWS - 1 (rows of xT).
+  const int a_m = (tid % C::A_CPR) * 4, a_r0 = (tid / C::A_CPR) * C::A_ROWS;
+  const bool a_m_ok = m0 + a_m < p.ldxt;
+  const int64_t ldxt = p.ldxt;
+  const float* const a_src = p.xt + (a_m_ok ? m0 + a_m : 0);
+
+  // Packing: this thread's A_ROWS col_info entries (bytes a_r0.. of the k-block's 64-byte list),
+  // fetched one stage ahead with one 4/8/16-byte load.
+  constexpr int kColWords = C::PACKED ? C::A_ROWS / 4 : 1;
+  uint32_t cols[kColWords];
   const uint8_t* col_base = nullptr;
   if constexpr (C::PACKED) {
-    col_base = p.col_info + static_cast<int64_t>(blockIdx.y) * kblocks * C::KB;
+    col_base = p.col_info + static_cast<int64_t>(blockIdx.y) * kblocks * C::KB + a_r0;
   }
   auto fetch_cols = [&](int s) {
     if constexpr (C::PACKED) {
       if (s < nk) {
-        const uint8_t* c = col_base + (kb_begin + s) * C::KB + r_lo;
-#pragma unroll
-        for (int j = 0; j < C::A_PASSES_K; ++j) cols[j] = __ldg(c + 8 * j);
+        const uint8_t* c = col_base + (kb_begin + s) * C::KB;
+        if constexpr (kColWords == 4) {
+          const uint4 v = __ldg(reinterpret_cast<const uint4*>(c));
+          cols[0] = v.x; cols[1] = v.y; cols[2] = v.z; cols[3] = v.w;
+        } else if constexpr (kColWords == 2) {
+          const uint2 v = __ldg(reinterpret_cast<const uint2*>(c));
+          cols[0] = v.x; cols[1] = v.y;
+        } else {
+          cols[0] = __ldg(reinterpret_cast<const uint32_t*>(c));
+        }
       }
     }
   };
+
+  // B loader: 16-byte chunk b_c of B_s rows b_r0, b_r0 + B_RSTEP, ... (< wb).
+  constexpr int B_CPR = C::BN / 4;
+  constexpr int B_RSTEP = C::THREADS / B_CPR;
+  static_assert(C::THREADS % B_CPR == 0, "bad B load mapping");
+  const int b_c = (tid % B_CPR) * 4, b_r0 = tid / B_CPR;
+  const bool b_n_ok = n0 + b_c < N_;
+  const float* const b_src = p.values + (b_n_ok ? n0 + b_c : 0);
 
   auto stage_ptr = [&](int s) { return smem + (s % C::STAGES) * stage_floats; };
 
   auto load_ab = [&](int s) {
-    float* As = stage_ptr(s);
-    float* Bs = As + C::KB * C::AS;
-    const int64_t kb = kb_begin + s;
-    const int64_t k0 = kb * C::KB;
+    float* const As = stage_ptr(s);
+    float* const Bs = As + C::KB * C::AS;
+    const bool tail = is_tail(s);
+    const int64_t k0 = (kb_begin + s) * C::KB;
+    float* const a_dst = As + a_r0 * C::AS + a_m;
+    if constexpr (C::PACKED) {
 #pragma unroll
-    for (int j = 0; j < C::A_PASSES_K; ++j) {
-      const int r = r_lo + 8 * j;
-      int col = r;
-      if constexpr (C::PACKED) {
-        if (cols[j] == kUnusedCol) continue;
-        col = static_cast<int>(cols[j]);
+      for (int j = 0; j < C::A_ROWS; ++j) {
+        const int col = static_cast<int>((cols[j / 4] >> (8 * (j % 4))) & 0xFFu);
+        if (col == kUnusedCol) continue;
+        const int64_t gk = k0 + col;
+        const bool ok = a_m_ok && (!tail || gk < K_);
+        cp_async_16(a_dst + j * C::AS, ok ? a_src + gk * ldxt : p.xt, ok);
       }
-      const int64_t gk = k0 + col;
-      const bool k_ok = gk < K_;
+    } else {
+      const float* src = a_src + (k0 + a_r0) * ldxt;
 #pragma unroll
-      for (int i = 0; i < C::A_PASSES_M; ++i) {
-        const bool ok = k_ok && a_ok[i];
-        cp_async_4(As + r * C::AS + m_lo + C::A_ROWS_PER_PASS * i, ok ? a_row[i] + gk : p.x, ok);
+      for (int j = 0; j < C::A_ROWS; ++j) {
+        const bool ok = a_m_ok && (!tail || k0 + a_r0 + j < K_);
+        cp_async_16(a_dst + j * C::AS, ok ? src : p.xt, ok);
+        src += ldxt;
       }
     }
-    const int64_t u0 = kb * wb;
-    const int chunks = wb * (C::BN / 4);
-    for (int c = tid; c < chunks; c += C::THREADS) {
-      const int r = c / (C::BN / 4), cc = (c % (C::BN / 4)) * 4;
-      const int64_t u = u0 + r;
-      const bool ok = u < w && n0 + cc < N_;
-      cp_async_16(Bs + r * C::BN + cc, ok ? p.values + u * N_ + n0 + cc : p.values, ok);
+    const int64_t u0 = (kb_begin + s) * wb;
+    const float* src = b_src + (u0 + b_r0) * N_;
+    float* dst = Bs + b_r0 * C::BN + b_c;
+    for (int r = b_r0; r < wb; r += B_RSTEP) {
+      const bool ok = b_n_ok && (!tail || u0 + r < w);
+      cp_async_16(dst, ok ? src : p.values, ok);
+      src += B_RSTEP * N_;
+      dst += B_RSTEP * C::BN;
     }
   };
 
   // Gather offsets: this thread's D entries e = tid + d*THREADS map to the same (row, vector)
-  // slot in every stage, so the divisions happen once here, not per stage.
+  // slot in every stage, so the divisions and checks happen once here, not per stage.
   int dreg[C::D_PER_THREAD];
-  int d_row[C::D_PER_THREAD], d_vec[C::D_PER_THREAD], d_base[C::D_PER_THREAD];
+  int d_row[C::D_PER_THREAD], d_base[C::D_PER_THREAD];
+  bool d_ok[C::D_PER_THREAD];
+  const uint8_t* d_src[C::D_PER_THREAD];
 #pragma unroll
   for (int d = 0; d < C::D_PER_THREAD; ++d) {
     const int e = tid + d * C::THREADS;
-    d_row[d] = e < wb * qt ? e / qt : -1;
-    d_vec[d] = e % qt;
-    d_base[d] = d_row[d] >= 0 ? (d_row[d] / p.N) * p.M : 0;
+    const int row = e / qt, vec = e % qt;
+    d_ok[d] = e < wb * qt && vec0 + vec < q;
+    d_row[d] = row;
+    d_base[d] = C::PACKED ? 0 : (row / p.N) * p.M;
+    d_src[d] = p.indices + (d_ok[d] ? row * q + vec0 + vec : 0);
   }
   auto fetch_d = [&](int s) {
     const int64_t u0 = (kb_begin + s) * wb;
+    const int64_t stage_off = u0 * q;
+    const bool tail = is_tail(s);
 #pragma unroll
     for (int d = 0; d < C::D_PER_THREAD; ++d) {
-      const int64_t u = u0 + d_row[d], v = vec0 + d_vec[d];
       int off = 0;
-      if (d_row[d] >= 0 && u < w && v < q) {
-        const int raw = __ldg(p.indices + u * q + v);
-        off = (C::PACKED ? raw : d_base[d] + raw) * C::AS;
-      }
+      if (d_ok[d] && (!tail || u0 + d_row[d] < w)) off = (d_base[d] + __ldg(d_src[d] + stage_off)) * C::AS;
       dreg[d] = off;
     }
   };

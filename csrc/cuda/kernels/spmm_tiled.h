@@ -17,6 +17,8 @@ cudaError_t launch_tiled(const SpmmParams& p, cudaStream_t stream);
   X(64, 128, 8, 32, false) X(64, 128, 8, 64, false)                           \
   X(32, 128, 4, 32, false) X(32, 128, 4, 64, false)                           \
   X(64, 64, 8, 32, false) X(64, 64, 8, 64, false)                             \
+  X(128, 256, 16, 32, false) X(256, 128, 16, 32, false)                       \
+  X(128, 128, 8, 32, false) X(128, 128, 8, 64, false)                         \
   X(128, 128, 16, 64, true) X(64, 128, 8, 64, true) X(32, 128, 4, 64, true)
 
 #define NMSPMM_DECLARE_TILED(BM, BN, TM, KB, PACKED)                                        \
