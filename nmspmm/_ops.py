@@ -1,5 +1,6 @@
 """Loads the compiled op library and registers what lives in Python: fake (meta) kernels for
-torch.compile, and autograd for ``spmm``'s input. The schemas are in csrc/nmspmm_ops.cpp."""
+torch.compile, and autograd for the input (and bias) of ``spmm`` and ``spmm_with_plan``. The
+schemas are in csrc/nmspmm_ops.cpp."""
 from __future__ import annotations
 
 import functools
@@ -85,7 +86,13 @@ def _spmm_backward(ctx, grad_y):
     return grad_x, None, None, None, None, None, grad_bias, None, None
 
 
+def _spmm_with_plan_backward(ctx, grad_y):
+    return _spmm_backward(ctx, grad_y) + (None, None)  # kernel, split_k
+
+
 torch.library.register_autograd("nmspmm::spmm", _spmm_backward, setup_context=_spmm_setup_context)
+torch.library.register_autograd("nmspmm::spmm_with_plan", _spmm_with_plan_backward,
+                                setup_context=_spmm_setup_context)
 
 
 @functools.lru_cache(maxsize=None)

@@ -102,7 +102,8 @@ def test_opcheck_spmm_generic_pattern_with_grad(device):
 
 # One valid plan for every kernel id (valid on the GPU too: decode needs m <= 16 and L >= 4,
 # the tiled and packed kernels L >= 16, the packed ones col_info).
-PLANS = [(0, 1), (1, 1), (1, 4), (2, 1), (3, 2), (4, 1), (5, 2), (6, 1), (7, 2), (8, 1)]
+PLANS = [(0, 1), (1, 1), (1, 4), (2, 1), (3, 2), (4, 1), (5, 2), (6, 1), (7, 2), (8, 1), (9, 1), (10, 2),
+         (11, 1)]
 
 
 @pytest.mark.parametrize("kernel,split_k", PLANS)
@@ -115,9 +116,6 @@ def test_opcheck_spmm_with_plan(kernel, split_k, device):
         opcheck(ops.spmm_with_plan, (x, values, indices, N, M, L, bias, cols, packed, kernel, split_k))
 
 
-@pytest.mark.xfail(strict=True, reason="spmm_with_plan has no autograd registration: with "
-                   "x.requires_grad it returns an output that requires grad through the autograd "
-                   "not-implemented fallback (nmspmm/_ops.py registers autograd for spmm only)")
 def test_opcheck_spmm_with_plan_autograd(device):
     N, M, L = 2, 4, 16
     _, _, values, indices = _weight(64, 64, N, M, L, torch.float32, device)

@@ -26,4 +26,4 @@ for phase in "$@"; do
   echo "$phase: $(( $(date +%s) - t )) s"
 done
 # At most 8 files come back from the device: the per-file logs travel as one archive.
-[ -d "$OUT/gpu_tests" ] && tar -czf "$OUT/gpu_tests.tar.gz" -C "$OUT" gpu_tests && rm -rf "$OUT/gpu_tests"
+if [ -d "$OUT/gpu_tests" ]; then tar -czf "$OUT/gpu_tests.tar.gz" -C "$OUT" gpu_tests && rm -rf "$OUT/gpu_tests"; fi
