@@ -30,6 +30,18 @@ inline void check_weight(const at::Tensor& weight, int64_t N, int64_t M, int64_t
               ") must be divisible by L=", L);
 }
 
+// compress(weight, mask, N, M, L): a bool mask of the weight's shape, on its device.
+inline void check_compress_inputs(const at::Tensor& weight, const at::Tensor& mask, int64_t N,
+                                  int64_t M, int64_t L) {
+  check_weight(weight, N, M, L);
+  TORCH_CHECK(mask.scalar_type() == at::kBool, "nmspmm.compress: mask must be bool, got ",
+              mask.scalar_type());
+  TORCH_CHECK(mask.sizes() == weight.sizes(), "nmspmm.compress: mask shape ", mask.sizes(),
+              " must equal weight shape ", weight.sizes());
+  TORCH_CHECK(mask.device() == weight.device(), "nmspmm.compress: mask is on ", mask.device(),
+              " but weight is on ", weight.device());
+}
+
 // values[w, out] and indices[w, out/L] of the compressed format; returns in_features.
 inline int64_t check_compressed(const at::Tensor& values, const at::Tensor& indices, int64_t N,
                                 int64_t M, int64_t L) {

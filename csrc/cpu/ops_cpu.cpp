@@ -59,13 +59,7 @@ at::Tensor prune_cpu(const at::Tensor& weight, int64_t N, int64_t M, int64_t L) 
 
 std::tuple<at::Tensor, at::Tensor> compress_cpu(const at::Tensor& weight, const at::Tensor& mask,
                                                 int64_t N, int64_t M, int64_t L) {
-  check_weight(weight, N, M, L);
-  TORCH_CHECK(mask.scalar_type() == at::kBool, "nmspmm.compress: mask must be bool, got ",
-              mask.scalar_type());
-  TORCH_CHECK(mask.sizes() == weight.sizes(), "nmspmm.compress: mask shape ", mask.sizes(),
-              " must equal weight shape ", weight.sizes());
-  TORCH_CHECK(mask.device() == weight.device(), "nmspmm.compress: mask is on ", mask.device(),
-              " but weight is on ", weight.device());
+  check_compress_inputs(weight, mask, N, M, L);
   const int64_t out = weight.size(0), in = weight.size(1);
   const int64_t windows = in / M, vectors = out / L, w_rows = windows * N;
   const auto wt = weight.contiguous();

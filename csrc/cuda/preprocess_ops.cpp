@@ -64,13 +64,7 @@ at::Tensor prune_cuda(const at::Tensor& weight, int64_t N, int64_t M, int64_t L)
 
 std::tuple<at::Tensor, at::Tensor> compress_cuda(const at::Tensor& weight, const at::Tensor& mask,
                                                  int64_t N, int64_t M, int64_t L) {
-  check_weight(weight, N, M, L);
-  TORCH_CHECK(mask.scalar_type() == at::kBool, "nmspmm.compress: mask must be bool, got ",
-              mask.scalar_type());
-  TORCH_CHECK(mask.sizes() == weight.sizes(), "nmspmm.compress: mask shape ", mask.sizes(),
-              " must equal weight shape ", weight.sizes());
-  TORCH_CHECK(mask.device() == weight.device(), "nmspmm.compress: mask is on ", mask.device(),
-              " but weight is on ", weight.device());
+  check_compress_inputs(weight, mask, N, M, L);
   TORCH_CHECK(weight.is_cuda(), "nmspmm.compress: weight must be a CUDA tensor here");
   const c10::cuda::CUDAGuard guard(weight.device());
   const int64_t out = weight.size(0), in = weight.size(1);
