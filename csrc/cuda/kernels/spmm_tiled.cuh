@@ -11,8 +11,12 @@
 //                   loads only the rows col_info lists for this column tile (row r of A_s =
 //                   r-th listed column), the list fetched into registers one stage ahead.
 //   B_s [wb][BN]    compressed values, 16-byte cp.async.
-//   D_s [wb][QT]    per (compressed row, vector) the A_s row offset, prefetched into registers a
+//   D_s [QT][wbp]   per (vector, compressed row) the A_s row offset, prefetched into registers a
 //                   stage ahead and stored after the current stage's math.
+// The math of a stage walks the compressed rows in groups of four: one 16-byte load gives a
+// group's gather offsets (the next group's is loaded one group ahead), and the A/B fragments
+// of row r+1 are loaded into a second register set while row r's FMAs issue, so no FMA waits
+// on a shared-memory load chain (offset -> fragment).
 // A STAGES-deep cp.async pipeline overlaps loads with the FMAs. Warps cover 32 output columns,
 // so for L >= 32 a warp's gather index is uniform (UNIFORM) and the A_s read is a broadcast;
 // for L = 16 each thread's two 4-column groups use their own index.
@@ -59,9 +63,11 @@ struct TiledConfig {
   static_assert(!PACKED || (A_ROWS == 4 || A_ROWS == 8 || A_ROWS == 16), "col_info load width");
 
   // Floats of shared memory per stage for wb compressed rows per k-block.
+  // D_s holds QT_MAX vector slots of wbp = round_up(wb, 4) offsets each (slot-major, so a
+  // warp reads four rows' offsets with one 16-byte load).
+  static __host__ __device__ int d_row_pitch(int wb) { return (wb + 3) / 4 * 4; }
   static __host__ __device__ int stage_floats(int wb) {
-    const int d = (wb * QT_MAX + 3) / 4 * 4;
-    return KB * AS + wb * BN + d;
+    return KB * AS + wb * BN + QT_MAX * d_row_pitch(wb);
   }
 };
 
@@ -178,7 +184,8 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
   // Gather offsets: this thread's D entries e = tid + d*THREADS map to the same (row, vector)
   // slot in every stage, so the divisions and checks happen once here, not per stage.
   int dreg[C::D_PER_THREAD];
-  int d_row[C::D_PER_THREAD], d_base[C::D_PER_THREAD];
+  const int wbp = C::d_row_pitch(wb);
+  int d_row[C::D_PER_THREAD], d_base[C::D_PER_THREAD], d_dst[C::D_PER_THREAD];
   bool d_ok[C::D_PER_THREAD];
   const uint8_t* d_src[C::D_PER_THREAD];
 #pragma unroll
@@ -187,6 +194,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
     const int row = e / qt, vec = e % qt;
     d_ok[d] = e < wb * qt && vec0 + vec < q;
     d_row[d] = row;
+    d_dst[d] = vec * wbp + row;
     d_base[d] = C::PACKED ? 0 : (row / p.N) * p.M;
     d_src[d] = p.indices + (d_ok[d] ? row * q + vec0 + vec : 0);
   }
@@ -206,7 +214,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
 #pragma unroll
     for (int d = 0; d < C::D_PER_THREAD; ++d) {
       const int e = tid + d * C::THREADS;
-      if (e < wb * qt) Ds[e] = dreg[d];
+      if (e < wb * qt) Ds[d_dst[d]] = dreg[d];
     }
   };
 
@@ -215,6 +223,85 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
   for (int i = 0; i < C::TM; ++i)
 #pragma unroll
     for (int j = 0; j < 8; ++j) acc[i][j] = 0.f;
+
+  // One stage's math. d0/d1: this thread's offset lists (vector slots t0, t1; the same list
+  // when UNIFORM).
+  struct Frag {
+    float a0[C::TM];
+    float a1[C::UNIFORM ? 1 : C::TM];
+    float b[8];
+  };
+  auto load_frag = [&](Frag& f, const float* As, const float* Bs, int o0, int o1, int r) {
+#pragma unroll
+    for (int g = 0; g < C::TM / 4; ++g) {
+      const float4 v = *reinterpret_cast<const float4*>(As + o0 + ti + 32 * g);
+      f.a0[4 * g] = v.x; f.a0[4 * g + 1] = v.y; f.a0[4 * g + 2] = v.z; f.a0[4 * g + 3] = v.w;
+      if constexpr (!C::UNIFORM) {
+        const float4 v1 = *reinterpret_cast<const float4*>(As + o1 + ti + 32 * g);
+        f.a1[4 * g] = v1.x; f.a1[4 * g + 1] = v1.y; f.a1[4 * g + 2] = v1.z; f.a1[4 * g + 3] = v1.w;
+      }
+    }
+    const float4 b0 = *reinterpret_cast<const float4*>(Bs + r * C::BN + tj);
+    const float4 b1 = *reinterpret_cast<const float4*>(Bs + r * C::BN + tj + 16);
+    f.b[0] = b0.x; f.b[1] = b0.y; f.b[2] = b0.z; f.b[3] = b0.w;
+    f.b[4] = b1.x; f.b[5] = b1.y; f.b[6] = b1.z; f.b[7] = b1.w;
+  };
+  auto fma_frag = [&](const Frag& f) {
+#pragma unroll
+    for (int i = 0; i < C::TM; ++i) {
+      const float x1 = C::UNIFORM ? f.a0[i] : f.a1[C::UNIFORM ? 0 : i];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(f.a0[i], f.b[j], acc[i][j]);
+#pragma unroll
+      for (int j = 4; j < 8; ++j) acc[i][j] = fmaf(x1, f.b[j], acc[i][j]);
+    }
+  };
+  auto compute_stage = [&](const float* As, const float* Bs, const int* d0, const int* d1,
+                           int rows) {
+    const int groups = rows / 4;
+    if (groups > 0) {
+      Frag fa, fb;
+      int4 c0 = *reinterpret_cast<const int4*>(d0);
+      int4 c1 = C::UNIFORM ? c0 : *reinterpret_cast<const int4*>(d1);
+      load_frag(fa, As, Bs, c0.x, c1.x, 0);
+#pragma unroll 1
+      for (int g = 0; g < groups; ++g) {
+        // The next group's offsets (this group's again after the last: a harmless reload).
+        const int gn = g + 1 < groups ? g + 1 : g;
+        const int4 n0 = *reinterpret_cast<const int4*>(d0 + 4 * gn);
+        const int4 n1 = C::UNIFORM ? n0 : *reinterpret_cast<const int4*>(d1 + 4 * gn);
+        const int r = 4 * g;
+        load_frag(fb, As, Bs, c0.y, c1.y, r + 1);
+        fma_frag(fa);
+        load_frag(fa, As, Bs, c0.z, c1.z, r + 2);
+        fma_frag(fb);
+        load_frag(fb, As, Bs, c0.w, c1.w, r + 3);
+        fma_frag(fa);
+        load_frag(fa, As, Bs, n0.x, n1.x, 4 * gn);
+        fma_frag(fb);
+        c0 = n0;
+        c1 = n1;
+      }
+    }
+    // Rows past the last full group (wb % 4 != 0: patterns such as 5:32).
+    for (int r = groups * 4; r < rows; ++r) {
+      Frag f;
+      load_frag(f, As, Bs, d0[r], C::UNIFORM ? 0 : d1[r], r);
+      fma_frag(f);
+    }
+  };
+
+  // Compressed rows of stage s that exist (fewer than wb only in a last, partial k-block).
+  auto stage_rows = [&](int s) {
+    const int64_t left = w - (kb_begin + s) * wb;
+    return left < wb ? static_cast<int>(left) : wb;
+  };
+  auto compute = [&](int s) {
+    const float* As = stage_ptr(s);
+    const float* Bs = As + C::KB * C::AS;
+    const int* Ds = reinterpret_cast<const int*>(Bs + wb * C::BN);
+    compute_stage(As, Bs, Ds + t0 * wbp, Ds + t1 * wbp, stage_rows(s));
+  };
 
   // Prologue: the first STAGES-1 stages.
   fetch_cols(0);
@@ -239,37 +326,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
       fetch_cols(nxt + 1);
     }
     cp_async_commit();
-
-    const float* As = stage_ptr(it);
-    const float* Bs = As + C::KB * C::AS;
-    const int* Ds = reinterpret_cast<const int*>(Bs + wb * C::BN);
-#pragma unroll 2
-    for (int r = 0; r < wb; ++r) {
-      const int o0 = Ds[r * qt + t0];
-      const int o1 = C::UNIFORM ? o0 : Ds[r * qt + t1];
-      float a0[C::TM], a1[C::TM];
-#pragma unroll
-      for (int f = 0; f < C::TM / 4; ++f) {
-        const float4 v = *reinterpret_cast<const float4*>(As + o0 + ti + 32 * f);
-        a0[4 * f] = v.x; a0[4 * f + 1] = v.y; a0[4 * f + 2] = v.z; a0[4 * f + 3] = v.w;
-        if constexpr (!C::UNIFORM) {
-          const float4 v1 = *reinterpret_cast<const float4*>(As + o1 + ti + 32 * f);
-          a1[4 * f] = v1.x; a1[4 * f + 1] = v1.y; a1[4 * f + 2] = v1.z; a1[4 * f + 3] = v1.w;
-        } else {
-          a1[4 * f] = v.x; a1[4 * f + 1] = v.y; a1[4 * f + 2] = v.z; a1[4 * f + 3] = v.w;
-        }
-      }
-      const float4 b0 = *reinterpret_cast<const float4*>(Bs + r * C::BN + tj);
-      const float4 b1 = *reinterpret_cast<const float4*>(Bs + r * C::BN + tj + 16);
-      const float b[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
-#pragma unroll
-      for (int i = 0; i < C::TM; ++i) {
-#pragma unroll
-        for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(a0[i], b[j], acc[i][j]);
-#pragma unroll
-        for (int j = 4; j < 8; ++j) acc[i][j] = fmaf(a1[i], b[j], acc[i][j]);
-      }
-    }
+    compute(it);
     if (nxt < nk) store_d(nxt);
   }
   cp_async_wait<0>();
@@ -295,10 +352,10 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
   }
 }
 
-// Shared memory needed for the largest stage this configuration can see (wb <= KB).
+// Shared memory of a launch (wb compressed rows per stage).
 template <class C>
-inline size_t tiled_max_smem_bytes() {
-  return static_cast<size_t>(C::STAGES) * C::stage_floats(C::KB) * sizeof(float);
+inline size_t tiled_smem_bytes(int wb) {
+  return static_cast<size_t>(C::STAGES) * C::stage_floats(wb) * sizeof(float);
 }
 
 template <class C>
@@ -312,14 +369,14 @@ cudaError_t launch_tiled(const SpmmParams& p, cudaStream_t stream) {
   if (dev >= kMaxDevices) return cudaErrorInvalidDevice;
   if (!configured[dev]) {
     err = cudaFuncSetAttribute(spmm_tiled_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(tiled_max_smem_bytes<C>()));
+                               static_cast<int>(tiled_smem_bytes<C>(C::KB)));
     if (err != cudaSuccess) return err;
     configured[dev] = true;
   }
   const int wb = C::KB / p.M * p.N;
   const int qt = p.L >= C::BN ? 1 : C::BN / p.L;
   const int stage = C::stage_floats(wb);
-  const size_t smem = static_cast<size_t>(C::STAGES) * stage * sizeof(float);
+  const size_t smem = tiled_smem_bytes<C>(wb);
   const int64_t mt = (p.m + C::BM - 1) / C::BM, ntl = (p.n + C::BN - 1) / C::BN;
   if (mt > 0x7fffffff || ntl > 65535 || p.split_k > 65535) return cudaErrorInvalidConfiguration;
   dim3 grid(static_cast<unsigned>(mt), static_cast<unsigned>(ntl), static_cast<unsigned>(p.split_k));
