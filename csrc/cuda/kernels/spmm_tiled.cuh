@@ -139,12 +139,18 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
   // B loader: 16-byte chunk b_c of B_s rows b_r0, b_r0 + B_RSTEP, ... (< wb).
   constexpr int B_CPR = C::BN / 4;
   constexpr int B_RSTEP = C::THREADS / B_CPR;
+  constexpr int B_ITERS = (C::KB + B_RSTEP - 1) / B_RSTEP;  // wb <= KB rows
   static_assert(C::THREADS % B_CPR == 0, "bad B load mapping");
   const int b_c = (tid % B_CPR) * 4, b_r0 = tid / B_CPR;
   const bool b_n_ok = n0 + b_c < N_;
   const float* const b_src = p.values + (b_n_ok ? n0 + b_c : 0);
 
   auto stage_ptr = [&](int s) { return smem + (s % C::STAGES) * stage_floats; };
+  // Compressed rows of stage s that exist (fewer than wb only in a last, partial k-block).
+  auto stage_rows = [&](int s) {
+    const int64_t left = w - (kb_begin + s) * wb;
+    return left < wb ? static_cast<int>(left) : wb;
+  };
 
   auto load_ab = [&](int s) {
     float* const As = stage_ptr(s);
@@ -162,22 +168,33 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
         cp_async_16(a_dst + j * C::AS, ok ? a_src + gk * ldxt : p.xt, ok);
       }
     } else {
+      // Rows past k exist only in a partial last k-block; elsewhere the only predicate is
+      // the thread's m range, fixed for the whole kernel.
       const float* src = a_src + (k0 + a_r0) * ldxt;
+      if (!tail) {
 #pragma unroll
-      for (int j = 0; j < C::A_ROWS; ++j) {
-        const bool ok = a_m_ok && (!tail || k0 + a_r0 + j < K_);
-        cp_async_16(a_dst + j * C::AS, ok ? src : p.xt, ok);
-        src += ldxt;
+        for (int j = 0; j < C::A_ROWS; ++j) {
+          cp_async_16(a_dst + j * C::AS, src, a_m_ok);
+          src += ldxt;
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < C::A_ROWS; ++j) {
+          const bool ok = a_m_ok && k0 + a_r0 + j < K_;
+          cp_async_16(a_dst + j * C::AS, ok ? src : p.xt, ok);
+          src += ldxt;
+        }
       }
     }
+    // B rows past the stage's last compressed row are neither loaded nor read.
     const int64_t u0 = (kb_begin + s) * wb;
+    const int rows = stage_rows(s);
     const float* src = b_src + (u0 + b_r0) * N_;
-    float* dst = Bs + b_r0 * C::BN + b_c;
-    for (int r = b_r0; r < wb; r += B_RSTEP) {
-      const bool ok = b_n_ok && (!tail || u0 + r < w);
-      cp_async_16(dst, ok ? src : p.values, ok);
+    float* const dst = Bs + b_r0 * C::BN + b_c;
+#pragma unroll
+    for (int i = 0; i < B_ITERS; ++i) {
+      if (b_r0 + i * B_RSTEP < rows) cp_async_16(dst + i * B_RSTEP * C::BN, src, b_n_ok);
       src += B_RSTEP * N_;
-      dst += B_RSTEP * C::BN;
     }
   };
 
@@ -291,11 +308,6 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
     }
   };
 
-  // Compressed rows of stage s that exist (fewer than wb only in a last, partial k-block).
-  auto stage_rows = [&](int s) {
-    const int64_t left = w - (kb_begin + s) * wb;
-    return left < wb ? static_cast<int>(left) : wb;
-  };
   auto compute = [&](int s) {
     const float* As = stage_ptr(s);
     const float* Bs = As + C::KB * C::AS;
