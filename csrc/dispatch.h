@@ -68,14 +68,17 @@ struct Plan {
   int split_k;
 };
 
-// Sparsity (1 - N/M) at or above which the packing kernels are candidates (with col_info).
-constexpr double kPackingThreshold = 0.80;
+// Whether the heuristic considers the packing kernels (with col_info). Measured on H100
+// (benchmarks/results/h100/plan_sweep.csv): the non-packing kernels are faster at every measured
+// point, L = 32 and sparsity 50% to 96.9% (1:32), so it does not; spmm_with_plan still runs them.
+constexpr bool kHeuristicUsesPacking = false;
 
 inline int ceil_div_i(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
 
-// Cost model of the tiled kernels, fitted to H100 timings at 4096^3 (tools/kernel_check.py):
-// one k-stage of one block costs alpha + beta * wb microseconds (wb compressed rows per stage)
-// while blocks_per_sm blocks share an SM; alpha is per k-block of 32 (doubled for 64).
+// Cost model of the tiled kernels, fitted by tools/fit_cost_model.py to the H100 plan sweep
+// (tools/sweep_plans.py: 4788 timings, 152 shapes of NM-SpMM's dataset, 4 sparsities): one k-stage
+// of one block costs alpha + beta * wb microseconds (wb compressed rows per stage) while
+// blocks_per_sm blocks share an SM; alpha is per k-block of 32 (doubled for 64).
 struct TiledCost {
   int kernel;
   int blocks_per_sm;
@@ -83,11 +86,13 @@ struct TiledCost {
   int max_M;  // largest M the kernel takes (k-block 32 only: 32)
 };
 constexpr TiledCost kTiledCosts[] = {
-    {kTiled128x256, 1, 0.803, 0.190, 32},   {kTiled256x128, 1, 0.904, 0.185, 32},
-    {kTiled128x128w8, 2, 0.787, 0.199, 64}, {kTiled128x128, 2, 0.874, 0.194, 64},
-    {kTiled64x128, 4, 1.126, 0.224, 64},    {kTiled32x128, 4, 0.615, 0.121, 64},
-    {kTiled64x64, 4, 0.758, 0.096, 64},     {kPacked128x128, 2, 1.591, 0.307, 64},
-    {kPacked64x128, 4, 1.218, 0.283, 64},   {kPacked32x128, 4, 0.621, 0.158, 64},
+    {kTiled128x256, 1, 0.715, 0.1608, 32},   {kTiled256x128, 1, 0.731, 0.1639, 32},
+    {kTiled128x128w8, 2, 0.659, 0.1443, 64}, {kTiled128x128, 2, 0.713, 0.1386, 64},
+    {kTiled64x128, 4, 1.008, 0.1379, 64},    {kTiled32x128, 4, 0.644, 0.0855, 64},
+    {kTiled64x64, 4, 0.593, 0.0779, 64},
+    // Packing kernels: the session-2 fit at 4096^3 (used only if kHeuristicUsesPacking).
+    {kPacked128x128, 2, 1.591, 0.307, 64},   {kPacked64x128, 4, 1.218, 0.283, 64},
+    {kPacked32x128, 4, 0.621, 0.158, 64},
 };
 
 // Estimated microseconds of a tiled kernel with `split` k-splits (plus the split-K reduction).
@@ -99,11 +104,12 @@ inline double tiled_cost_us(const TiledCost& c, int64_t m, int64_t n, int64_t k,
   const double wb = static_cast<double>(kblock / M * N);
   const TileShape t = tile_shape(c.kernel);
   const int64_t ctas = static_cast<int64_t>(ceil_div_i(m, t.bm)) * ceil_div_i(n, t.bn) * split;
-  // Blocks on the busiest SM, in units of a full SM (at least one wave).
-  const double waves = std::max(static_cast<double>((ctas + num_sms - 1) / num_sms) / c.blocks_per_sm, 1.0);
+  // Whole waves of num_sms * blocks_per_sm blocks.
+  const double waves = static_cast<double>((ctas + static_cast<int64_t>(num_sms) * c.blocks_per_sm - 1) /
+                                           (static_cast<int64_t>(num_sms) * c.blocks_per_sm));
   const int64_t stages = (ceil_div_i(k, kblock) + split - 1) / split;
   double us = waves * static_cast<double>(stages) * (alpha + c.beta * wb);
-  if (split > 1) us += 8.0 + static_cast<double>(split + 1) * m * n * 4 / 1.0e6;  // reduction
+  if (split > 1) us += 4.84 + 0.962 * static_cast<double>(split + 1) * m * n * 4 / 1.0e6;  // reduction
   return us;
 }
 
@@ -120,7 +126,7 @@ inline Plan choose_plan(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, i
     return {kDecode, split};
   }
   const double sparsity = 1.0 - static_cast<double>(N) / static_cast<double>(M);
-  const bool packing = has_col_info && sparsity >= kPackingThreshold;
+  const bool packing = kHeuristicUsesPacking && has_col_info && sparsity >= 0.80;
   Plan best{kTiled64x128, 1};
   double best_us = -1.0;
   for (const TiledCost& c : kTiledCosts) {

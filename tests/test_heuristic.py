@@ -103,13 +103,11 @@ def test_heuristic_generic_for_short_vectors():
 
 
 def test_heuristic_packed_only_with_col_info():
-    seen_packed = False
+    # The packing kernels need col_info; measured slower than non-packing on H100 at every
+    # point of benchmarks/results/h100/plan_sweep.csv, the heuristic does not pick them at all.
     for m, (N, M), L in itertools.product(MS, PATTERNS, (16, 32, 64, 128)):
-        without = plan(m, 4096, 4096, N, M, L, False)[0]
-        assert without not in PACKED
-        seen_packed |= plan(m, 4096, 4096, N, M, L, True)[0] in PACKED
-    # col_info is used for some high-sparsity prefill problem.
-    assert seen_packed
+        for has_col_info in (False, True):
+            assert plan(m, 4096, 4096, N, M, L, has_col_info)[0] not in PACKED
 
 
 def test_heuristic_tiled_for_prefill():

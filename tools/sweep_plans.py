@@ -1,0 +1,80 @@
+"""Time every tiled/packed plan (kernel x split-K) on a grid of shapes, for fitting the
+heuristic's cost model (csrc/dispatch.h) offline:  python tools/sweep_plans.py --out DIR
+
+Writes plan_sweep.csv (one row per shape x plan: ms = mean of 8 back-to-back runs after 2 warm-ups,
+and the heuristic's pick for the shape). The fit is tools/fit_cost_model.py."""
+import argparse
+import csv
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
+from kernel_check import NAMES, make, run, supports  # noqa: E402
+from shapes import NMSPMM100_NK  # noqa: E402
+
+ops = torch.ops.nmspmm
+
+
+def time_ms(fn, reps=8):
+    fn()
+    fn()
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record()
+    for _ in range(reps):
+        fn()
+    e.record()
+    e.synchronize()
+    return s.elapsed_time(e) / reps
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--budget-s", type=float, default=330)
+    args = ap.parse_args()
+    torch.manual_seed(0)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    grid = []
+    for i, (n, k) in enumerate(NMSPMM100_NK):
+        for m in (256, 1024, 4096) if i < 8 else ((512, 2048) if i % 2 == 0 else (256,)):
+            for (N, M) in ((16, 32), (12, 32), (8, 32), (4, 32)):
+                grid.append((m, n, k, N, M, 32))
+    grid += [(1024, 4096, 4096, 2, 32, 32), (1024, 4096, 4096, 1, 32, 32), (4096, 4096, 4096, 2, 32, 32)]
+    rows, t0 = [], time.time()
+    path = os.path.join(args.out, "plan_sweep.csv")
+    os.makedirs(args.out, exist_ok=True)
+    for (m, n, k, N, M, L) in grid:
+        if time.time() - t0 > args.budget_s:
+            print("budget reached")
+            break
+        p, _ = make(n, k, N, M, L)
+        x = torch.randn(m, k, device="cuda")
+        heur = ops.spmm_heuristic(m, n, k, N, M, L, True, sms)
+        best = None
+        for kernel in range(2, 12):
+            if not supports(kernel, m, p) or (kernel in (6, 7, 8) and N * 4 > M):
+                continue
+            for split in (1, 2, 4, 8):
+                if split > 1 and k // 32 // split < 4:
+                    continue
+                ms = time_ms(lambda: run(x, p, kernel, split))
+                rows.append(dict(m=m, n=n, k=k, N=N, M=M, L=L, kernel=kernel, split=split, ms=ms,
+                                 heur_kernel=heur[0], heur_split=heur[1]))
+                if best is None or ms < best[0]:
+                    best = (ms, kernel, split)
+        heur_ms = [r["ms"] for r in rows if (r["m"], r["n"], r["k"], r["N"], r["kernel"], r["split"]) ==
+                   (m, n, k, N, heur[0], heur[1])]
+        print(f"{N}:{M} {m}x{n}x{k} best {NAMES[best[1]]}/{best[2]} {best[0]:.4f} ms | heuristic "
+              f"{NAMES[heur[0]]}/{heur[1]} {heur_ms[0] if heur_ms else float('nan'):.4f} ms", flush=True)
+        with open(path, "w", newline="") as f:
+            wr = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
+            wr.writeheader()
+            wr.writerows(rows)
+
+
+if __name__ == "__main__":
+    main()
