@@ -215,15 +215,17 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
     d_base[d] = C::PACKED ? 0 : (row / p.N) * p.M;
     d_src[d] = p.indices + (d_ok[d] ? row * q + vec0 + vec : 0);
   }
+  // fetch_d keeps the raw index bytes (-1: no entry) so that nothing waits on the global load
+  // until store_d, which runs after the current stage's math; store_d turns them into A_s offsets.
   auto fetch_d = [&](int s) {
     const int64_t u0 = (kb_begin + s) * wb;
     const int64_t stage_off = u0 * q;
     const bool tail = is_tail(s);
 #pragma unroll
     for (int d = 0; d < C::D_PER_THREAD; ++d) {
-      int off = 0;
-      if (d_ok[d] && (!tail || u0 + d_row[d] < w)) off = (d_base[d] + __ldg(d_src[d] + stage_off)) * C::AS;
-      dreg[d] = off;
+      int raw = -1;
+      if (d_ok[d] && (!tail || u0 + d_row[d] < w)) raw = __ldg(d_src[d] + stage_off);
+      dreg[d] = raw;
     }
   };
   auto store_d = [&](int s) {
@@ -231,7 +233,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
 #pragma unroll
     for (int d = 0; d < C::D_PER_THREAD; ++d) {
       const int e = tid + d * C::THREADS;
-      if (e < wb * qt) Ds[d_dst[d]] = dreg[d];
+      if (e < wb * qt) Ds[d_dst[d]] = dreg[d] < 0 ? 0 : (d_base[d] + dreg[d]) * C::AS;
     }
   };
 
