@@ -48,20 +48,33 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
 #pragma unroll
     for (int j = 0; j < 4; ++j) acc[i][j] = 0.f;
 
+  // x rows can be staged with 16-byte loads when every chunk start is 16-byte aligned.
+  const bool x_vec = reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && p.ldx % 4 == 0 && M % 4 == 0;
+
   for (int64_t gc = g_begin; gc < g_end; gc += chunk_windows) {
     const int64_t ge = gc + chunk_windows < g_end ? gc + chunk_windows : g_end;
     const int ncols = static_cast<int>((ge - gc) * M);
     __syncthreads();
-    for (int e = tid; e < MR * ncols; e += blockDim.x) {
-      const int i = e / ncols, c = e % ncols;
-      xs[i * kDecodeXCols + c] = i < m ? __ldg(p.x + i * p.ldx + gc * M + c) : 0.f;
+    // Stage x[0:MR, gc*M : ge*M] (rows >= m are zero), row by row: no index division.
+#pragma unroll
+    for (int i = 0; i < MR; ++i) {
+      float* const dst = xs + i * kDecodeXCols;
+      if (i >= m) {
+        for (int c = tid; c < ncols; c += blockDim.x) dst[c] = 0.f;
+      } else if (x_vec) {
+        const float4* const src = reinterpret_cast<const float4*>(p.x + i * p.ldx + gc * M);
+        for (int c = tid; c < ncols / 4; c += blockDim.x) reinterpret_cast<float4*>(dst)[c] = __ldg(src + c);
+      } else {
+        const float* const src = p.x + i * p.ldx + gc * M;
+        for (int c = tid; c < ncols; c += blockDim.x) dst[c] = __ldg(src + c);
+      }
     }
     __syncthreads();
     if (!col_ok) continue;
     for (int64_t g = gc + warp; g < ge; g += kDecodeWarps) {
       const int cbase = static_cast<int>((g - gc) * M);
       const int64_t u0 = g * N;
-#pragma unroll 4
+#pragma unroll 8
       for (int s = 0; s < N; ++s) {
         const int64_t u = u0 + s;
         const float4 b = __ldcs(reinterpret_cast<const float4*>(p.values + u * n + col));
