@@ -35,6 +35,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--budget-s", type=float, default=330)
+    ap.add_argument("--packing", action="store_true", help="also time the packing kernels (6-8)")
     args = ap.parse_args()
     torch.manual_seed(0)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -56,7 +57,7 @@ def main():
         heur = ops.spmm_heuristic(m, n, k, N, M, L, True, sms)
         best = None
         for kernel in range(2, 12):
-            if not supports(kernel, m, p) or (kernel in (6, 7, 8) and N * 4 > M):
+            if not supports(kernel, m, p) or (kernel in (6, 7, 8) and (N * 4 > M or not args.packing)):
                 continue
             for split in (1, 2, 4, 8):
                 if split > 1 and k // 32 // split < 4:

@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
 
 #include "../../dispatch.h"
 #include "spmm.h"
@@ -208,9 +209,33 @@ cudaError_t launch_decode(const SpmmParams& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
+// NMSPMM_NO_FIXED_WB=1 (read once) runs the runtime-WB kernels where a fixed-WB variant exists:
+// an A/B switch for measuring the fixed-WB kernels, not a tuning knob.
+bool fixed_wb_enabled() {
+  static const bool enabled = [] {
+    const char* e = std::getenv("NMSPMM_NO_FIXED_WB");
+    return e == nullptr || e[0] != '1';
+  }();
+  return enabled;
+}
+
 template <int BM, int BN, int TM, int KB, bool PACKED>
 cudaError_t launch_tiled_any_l(const SpmmParams& p, cudaStream_t stream) {
-  if (p.L >= 32) return launch_tiled<TiledConfig<BM, BN, TM, KB, PACKED, true>>(p, stream);
+  if (p.L >= 32) {
+    if constexpr (KB == 32 && !PACKED) {
+      // Fixed-WB variants for 4, 8, 12 or 16 compressed rows per k-block.
+      if (fixed_wb_enabled()) {
+        switch (KB / p.M * p.N) {
+          case 4: return launch_tiled<TiledConfig<BM, BN, TM, KB, false, true, 4>>(p, stream);
+          case 8: return launch_tiled<TiledConfig<BM, BN, TM, KB, false, true, 8>>(p, stream);
+          case 12: return launch_tiled<TiledConfig<BM, BN, TM, KB, false, true, 12>>(p, stream);
+          case 16: return launch_tiled<TiledConfig<BM, BN, TM, KB, false, true, 16>>(p, stream);
+          default: break;
+        }
+      }
+    }
+    return launch_tiled<TiledConfig<BM, BN, TM, KB, PACKED, true>>(p, stream);
+  }
   return launch_tiled<TiledConfig<BM, BN, TM, KB, PACKED, false>>(p, stream);
 }
 

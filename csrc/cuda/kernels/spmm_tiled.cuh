@@ -32,14 +32,23 @@
 #include "../../pattern.h"
 #include "cp_async.cuh"
 #include "spmm.h"
+#include "spmm_tiled.h"
+
+#ifndef NMSPMM_FIXED_LOAD_ROWS
+#define NMSPMM_FIXED_LOAD_ROWS 1
+#endif
 
 namespace nmspmm {
 namespace kernels {
 
-template <int BM_, int BN_, int TM_, int KB_, bool PACKED_, bool UNIFORM_>
+template <int BM_, int BN_, int TM_, int KB_, bool PACKED_, bool UNIFORM_, int WB_>
 struct TiledConfig {
   static constexpr int BM = BM_, BN = BN_, TM = TM_, KB = KB_;
   static constexpr bool PACKED = PACKED_, UNIFORM = UNIFORM_;
+  // Compressed rows per k-block when fixed at compile time (0: taken from the pattern at run
+  // time). A fixed WB gives exact copy counts and the interleaved stage loop (see FIXED below).
+  static constexpr int WB = WB_;
+  static constexpr bool FIXED = WB_ > 0;
   static constexpr int TN = 8;
   static constexpr int WARPS_M = BM / (8 * TM);
   static constexpr int WARPS_N = BN / 32;
@@ -47,12 +56,13 @@ struct TiledConfig {
   // Pipeline depth (4 stages measured the same as 3 on H100 and cost shared memory).
   static constexpr int STAGES = 3;
   static constexpr int AS = BM;                  // A_s row stride (floats)
-  static constexpr int QT_MAX = BN / 16;         // vectors per column tile for L >= 16
+  // Vectors per column tile: L >= 16 in general, L >= 32 for the warp-uniform kernels.
+  static constexpr int QT_MAX = UNIFORM ? BN / 32 : BN / 16;
   // A loader: a thread copies 16-byte chunk (tid % A_CPR) of A_ROWS consecutive A_s rows.
   static constexpr int A_CPR = BM / 4;           // 16-byte chunks per A_s row
   static constexpr int A_GROUPS = THREADS / A_CPR;
   static constexpr int A_ROWS = KB / A_GROUPS;
-  static constexpr int D_PER_THREAD = (KB * QT_MAX + THREADS - 1) / THREADS;
+  static constexpr int D_PER_THREAD = ((FIXED ? WB : KB) * QT_MAX + THREADS - 1) / THREADS;
   // Blocks per SM the register allocation must allow (TM = 16 needs ~220-240 registers; a
   // tighter bound spills).
   static constexpr int MIN_BLOCKS = THREADS >= 256 && TM == 16 ? 1 : 2;
@@ -61,19 +71,23 @@ struct TiledConfig {
   static_assert(THREADS % A_CPR == 0 && KB % A_GROUPS == 0 && A_ROWS >= 1, "bad A load mapping");
   static_assert(!PACKED || (KB == kPackKBlock && BN == kPackTileN), "packing metadata shape");
   static_assert(!PACKED || (A_ROWS == 4 || A_ROWS == 8 || A_ROWS == 16), "col_info load width");
+  static_assert(!FIXED || (!PACKED && UNIFORM && WB % 4 == 0 && WB <= KB), "fixed-WB configs");
 
   // Floats of shared memory per stage for wb compressed rows per k-block.
   // D_s holds QT_MAX vector slots of wbp = round_up(wb, 4) offsets each (slot-major, so a
   // warp reads four rows' offsets with one 16-byte load).
-  static __host__ __device__ int d_row_pitch(int wb) { return (wb + 3) / 4 * 4; }
-  static __host__ __device__ int stage_floats(int wb) {
+  static constexpr __host__ __device__ int d_row_pitch(int wb) { return (wb + 3) / 4 * 4; }
+  static constexpr __host__ __device__ int stage_floats(int wb) {
     return KB * AS + wb * BN + QT_MAX * d_row_pitch(wb);
   }
 };
 
 template <class C>
 __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
-    spmm_tiled_kernel(const SpmmParams p, const int wb, const int qt, const int stage_floats) {
+    spmm_tiled_kernel(const SpmmParams p, const int wb_arg, const int qt, const int stage_floats_arg) {
+  // With a fixed WB the stage shape is a compile-time constant (the launcher checks it matches).
+  const int wb = C::FIXED ? C::WB : wb_arg;
+  const int stage_floats = C::FIXED ? C::stage_floats(C::WB) : stage_floats_arg;
   extern __shared__ float4 smem_f4[];
   float* const smem = reinterpret_cast<float*>(smem_f4);
 
@@ -317,6 +331,65 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
     compute_stage(As, Bs, Ds + t0 * wbp, Ds + t1 * wbp, stage_rows(s));
   };
 
+  // Fixed WB, full stage nxt: this stage's math with the copies of stage nxt spread between its
+  // compressed rows. All of it is one straight-line block (rows unrolled, copy counts exact, no
+  // row checks), so the scheduler hides the address arithmetic and issue of the copies behind
+  // the FMAs of the same warp instead of running them as a separate phase after the barrier.
+  auto compute_and_load = [&](int s, int nxt) {
+    if constexpr (C::FIXED) {
+      constexpr int WB = C::WB, G = WB / 4;
+      constexpr int B_ITERS_F = (WB + B_RSTEP - 1) / B_RSTEP;
+      constexpr int PIECES = C::A_ROWS + B_ITERS_F;
+      const float* As = stage_ptr(s);
+      const float* Bs = As + C::KB * C::AS;
+      const int* d0 = reinterpret_cast<const int*>(Bs + WB * C::BN) + t0 * WB;
+      float* const nA = stage_ptr(nxt);
+      float* const a_dst = nA + a_r0 * C::AS + a_m;
+      float* const b_dst = nA + C::KB * C::AS + b_r0 * C::BN + b_c;
+      const float* const a_s = a_src + ((kb_begin + nxt) * C::KB + a_r0) * ldxt;
+      const float* const b_s = b_src + ((kb_begin + nxt) * WB + b_r0) * N_;
+      // Copy j of stage nxt: A_s rows first, then B_s rows.
+      auto piece = [&](int j) {
+        if (j < C::A_ROWS) {
+          cp_async_16(a_dst + j * C::AS, a_s + j * ldxt, a_m_ok);
+        } else {
+          const int i = j - C::A_ROWS;
+          if (WB % B_RSTEP == 0 || b_r0 + i * B_RSTEP < WB)
+            cp_async_16(b_dst + i * B_RSTEP * C::BN, b_s + static_cast<int64_t>(i) * B_RSTEP * N_, b_n_ok);
+        }
+      };
+      // Copies issued after row r < LR: [r * PIECES / LR, (r + 1) * PIECES / LR).
+      constexpr int LR = WB < NMSPMM_FIXED_LOAD_ROWS ? WB : NMSPMM_FIXED_LOAD_ROWS;
+      auto pieces_after = [&](int r) {
+        if (r < LR) {
+#pragma unroll
+          for (int j = r * PIECES / LR; j < (r + 1) * PIECES / LR; ++j) piece(j);
+        }
+      };
+      Frag fa, fb;
+      int4 c = *reinterpret_cast<const int4*>(d0);
+      load_frag(fa, As, Bs, c.x, c.x, 0);
+#pragma unroll
+      for (int g = 0; g < G; ++g) {
+        const int4 n = g + 1 < G ? *reinterpret_cast<const int4*>(d0 + 4 * (g + 1)) : c;
+        const int r = 4 * g;
+        load_frag(fb, As, Bs, c.y, c.y, r + 1);
+        fma_frag(fa);
+        pieces_after(r);
+        load_frag(fa, As, Bs, c.z, c.z, r + 2);
+        fma_frag(fb);
+        pieces_after(r + 1);
+        load_frag(fb, As, Bs, c.w, c.w, r + 3);
+        fma_frag(fa);
+        pieces_after(r + 2);
+        if (g + 1 < G) load_frag(fa, As, Bs, n.x, n.x, r + 4);
+        fma_frag(fb);
+        pieces_after(r + 3);
+        c = n;
+      }
+    }
+  };
+
   // Prologue: the first STAGES-1 stages.
   fetch_cols(0);
 #pragma unroll
@@ -334,13 +407,19 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
     cp_async_wait<C::STAGES - 2>();
     __syncthreads();
     const int nxt = it + C::STAGES - 1;
-    if (nxt < nk) {
-      load_ab(nxt);
+    if (C::FIXED && nxt < nk && !is_tail(nxt)) {
       fetch_d(nxt);
-      fetch_cols(nxt + 1);
+      compute_and_load(it, nxt);
+      cp_async_commit();
+    } else {
+      if (nxt < nk) {
+        load_ab(nxt);
+        fetch_d(nxt);
+        fetch_cols(nxt + 1);
+      }
+      cp_async_commit();
+      compute(it);
     }
-    cp_async_commit();
-    compute(it);
     if (nxt < nk) store_d(nxt);
   }
   cp_async_wait<0>();
@@ -388,6 +467,7 @@ cudaError_t launch_tiled(const SpmmParams& p, cudaStream_t stream) {
     configured[dev] = true;
   }
   const int wb = C::KB / p.M * p.N;
+  if (C::FIXED && (wb != C::WB || p.L < 32)) return cudaErrorInvalidValue;
   const int qt = p.L >= C::BN ? 1 : C::BN / p.L;
   const int stage = C::stage_floats(wb);
   const size_t smem = tiled_smem_bytes<C>(wb);

@@ -6,7 +6,8 @@
 namespace nmspmm {
 namespace kernels {
 
-template <int BM, int BN, int TM, int KB, bool PACKED, bool UNIFORM>
+// WB: compressed rows per k-block fixed at compile time (0: from the pattern at run time).
+template <int BM, int BN, int TM, int KB, bool PACKED, bool UNIFORM, int WB = 0>
 struct TiledConfig;
 
 template <class C>
@@ -28,6 +29,24 @@ cudaError_t launch_tiled(const SpmmParams& p, cudaStream_t stream);
       const SpmmParams&, cudaStream_t);
 NMSPMM_TILED_CONFIGS(NMSPMM_DECLARE_TILED)
 #undef NMSPMM_DECLARE_TILED
+
+// Fixed-WB variants (k-block 32, L >= 32) for the fast patterns: WB = 4, 8, 12, 16 compressed
+// rows per k-block (M = 32 with N = 4, 8, 12, 16, and every N:M with the same 32 / M * N).
+#define NMSPMM_FIXED_WB_CONFIGS(X)                                                \
+  X(128, 128, 16) X(64, 128, 8) X(32, 128, 4) X(64, 64, 8) X(128, 256, 16) X(256, 128, 16) \
+  X(128, 128, 8)
+
+#define NMSPMM_DECLARE_FIXED(BM, BN, TM)                                                      \
+  extern template cudaError_t launch_tiled<TiledConfig<BM, BN, TM, 32, false, true, 4>>(      \
+      const SpmmParams&, cudaStream_t);                                                       \
+  extern template cudaError_t launch_tiled<TiledConfig<BM, BN, TM, 32, false, true, 8>>(      \
+      const SpmmParams&, cudaStream_t);                                                       \
+  extern template cudaError_t launch_tiled<TiledConfig<BM, BN, TM, 32, false, true, 12>>(     \
+      const SpmmParams&, cudaStream_t);                                                       \
+  extern template cudaError_t launch_tiled<TiledConfig<BM, BN, TM, 32, false, true, 16>>(     \
+      const SpmmParams&, cudaStream_t);
+NMSPMM_FIXED_WB_CONFIGS(NMSPMM_DECLARE_FIXED)
+#undef NMSPMM_DECLARE_FIXED
 
 }  // namespace kernels
 }  // namespace nmspmm
