@@ -86,10 +86,10 @@ struct TiledCost {
   int max_M;  // largest M the kernel takes (k-block 32 only: 32)
 };
 constexpr TiledCost kTiledCosts[] = {
-    {kTiled128x256, 1, 0.715, 0.1608, 32},   {kTiled256x128, 1, 0.731, 0.1639, 32},
-    {kTiled128x128w8, 2, 0.659, 0.1443, 64}, {kTiled128x128, 2, 0.713, 0.1386, 64},
-    {kTiled64x128, 4, 1.008, 0.1379, 64},    {kTiled32x128, 4, 0.644, 0.0855, 64},
-    {kTiled64x64, 4, 0.593, 0.0779, 64},
+    {kTiled128x256, 1, 0.392, 0.1713, 32},   {kTiled256x128, 1, 0.527, 0.1622, 32},
+    {kTiled128x128w8, 2, 0.390, 0.1487, 64}, {kTiled128x128, 2, 0.248, 0.1645, 64},
+    {kTiled64x128, 2, 0.190, 0.0862, 64},    {kTiled32x128, 4, 0.387, 0.0708, 64},
+    {kTiled64x64, 4, 0.467, 0.0613, 64},
     // Packing kernels: the session-2 fit at 4096^3 (used only if kHeuristicUsesPacking).
     {kPacked128x128, 2, 1.591, 0.307, 64},   {kPacked64x128, 4, 1.218, 0.283, 64},
     {kPacked32x128, 4, 0.621, 0.158, 64},
@@ -109,7 +109,7 @@ inline double tiled_cost_us(const TiledCost& c, int64_t m, int64_t n, int64_t k,
                                            (static_cast<int64_t>(num_sms) * c.blocks_per_sm));
   const int64_t stages = (ceil_div_i(k, kblock) + split - 1) / split;
   double us = waves * static_cast<double>(stages) * (alpha + c.beta * wb);
-  if (split > 1) us += 4.84 + 0.962 * static_cast<double>(split + 1) * m * n * 4 / 1.0e6;  // reduction
+  if (split > 1) us += 8.68 + 0.900 * static_cast<double>(split + 1) * m * n * 4 / 1.0e6;  // reduction
   return us;
 }
 
