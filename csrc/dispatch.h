@@ -133,9 +133,15 @@ inline Plan choose_plan(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, i
     if (is_packed_kernel(c.kernel) && !packing) continue;
     if (M > c.max_M || !kernel_supports(c.kernel, m, N, M, L, has_col_info)) continue;
     const int64_t kblocks = ceil_div_i(k, (is_packed_kernel(c.kernel) || M > 32) ? 64 : 32);
+    const TileShape t = tile_shape(c.kernel);
     for (int split = 1; split <= 8; split *= 2) {
       // Each split keeps a useful k-extent (at least 4 k-blocks).
       if (split > 1 && kblocks / split < 4) break;
+      // The 8-warp 128x128 kernel (8x8 thread tile) only pays while its grid leaves SMs with a
+      // single block; once two blocks per SM are resident the 16x8-thread-tile kernel is faster
+      // (H100 plan sweep, m = 4096 rows, and 4096^3), which the cost model alone misranks.
+      const int64_t ctas = static_cast<int64_t>(ceil_div_i(m, t.bm)) * ceil_div_i(n, t.bn) * split;
+      if (c.kernel == kTiled128x128w8 && ctas >= 2 * static_cast<int64_t>(num_sms)) continue;
       const double us = tiled_cost_us(c, m, n, k, N, M, split, num_sms);
       if (best_us < 0 || us < best_us) {
         best_us = us;

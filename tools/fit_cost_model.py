@@ -56,7 +56,13 @@ def main(path):
     # Pick quality: per shape, the plan with the lowest prediction vs the fastest measured.
     shapes = defaultdict(list)
     for r, p in zip(rows, pred):
-        shapes[(r["m"], r["n"], r["k"], r["N"], r["M"])].append((p, float(r["ms"]), r["kernel"], r["split"]))
+        key = (r["m"], r["n"], r["k"], r["N"], r["M"])
+        bm, bn = TILE[int(r["kernel"])]
+        ctas = math.ceil(int(r["m"]) / bm) * math.ceil(int(r["n"]) / bn) * int(r["split"])
+        # choose_plan's rule: the 8-warp 128x128 kernel only while its grid is under 2 blocks per SM.
+        if int(r["kernel"]) == 11 and ctas >= 2 * SMS:
+            p = float("inf")
+        shapes[key].append((p, float(r["ms"]), r["kernel"], r["split"]))
     ratios = []
     for key, c in shapes.items():
         pick = min(c)[1]
