@@ -34,10 +34,6 @@
 #include "spmm.h"
 #include "spmm_tiled.h"
 
-#ifndef NMSPMM_FIXED_LOAD_ROWS
-#define NMSPMM_FIXED_LOAD_ROWS 1
-#endif
-
 namespace nmspmm {
 namespace kernels {
 
@@ -331,15 +327,16 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
     compute_stage(As, Bs, Ds + t0 * wbp, Ds + t1 * wbp, stage_rows(s));
   };
 
-  // Fixed WB, full stage nxt: this stage's math with the copies of stage nxt spread between its
-  // compressed rows. All of it is one straight-line block (rows unrolled, copy counts exact, no
-  // row checks), so the scheduler hides the address arithmetic and issue of the copies behind
+  // Fixed WB, full stage nxt: this stage's math with the copies of stage nxt issued after its
+  // first compressed row. All of it is one straight-line block (rows unrolled, copy counts exact,
+  // no row checks), so the scheduler hides the address arithmetic and issue of the copies behind
   // the FMAs of the same warp instead of running them as a separate phase after the barrier.
+  // (Spreading the copies over all rows measured slower: the last ones land too late for the
+  // short stages of the 8x8-thread-tile kernels; experiments/fixed_wb_load_rows_probe.txt.)
   auto compute_and_load = [&](int s, int nxt) {
     if constexpr (C::FIXED) {
       constexpr int WB = C::WB, G = WB / 4;
       constexpr int B_ITERS_F = (WB + B_RSTEP - 1) / B_RSTEP;
-      constexpr int PIECES = C::A_ROWS + B_ITERS_F;
       const float* As = stage_ptr(s);
       const float* Bs = As + C::KB * C::AS;
       const int* d0 = reinterpret_cast<const int*>(Bs + WB * C::BN) + t0 * WB;
@@ -348,22 +345,14 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
       float* const b_dst = nA + C::KB * C::AS + b_r0 * C::BN + b_c;
       const float* const a_s = a_src + ((kb_begin + nxt) * C::KB + a_r0) * ldxt;
       const float* const b_s = b_src + ((kb_begin + nxt) * WB + b_r0) * N_;
-      // Copy j of stage nxt: A_s rows first, then B_s rows.
-      auto piece = [&](int j) {
-        if (j < C::A_ROWS) {
-          cp_async_16(a_dst + j * C::AS, a_s + j * ldxt, a_m_ok);
-        } else {
-          const int i = j - C::A_ROWS;
+      // Every copy of stage nxt: A_s rows, then B_s rows (exact count, no row checks).
+      auto load_next = [&]() {
+#pragma unroll
+        for (int j = 0; j < C::A_ROWS; ++j) cp_async_16(a_dst + j * C::AS, a_s + j * ldxt, a_m_ok);
+#pragma unroll
+        for (int i = 0; i < B_ITERS_F; ++i) {
           if (WB % B_RSTEP == 0 || b_r0 + i * B_RSTEP < WB)
             cp_async_16(b_dst + i * B_RSTEP * C::BN, b_s + static_cast<int64_t>(i) * B_RSTEP * N_, b_n_ok);
-        }
-      };
-      // Copies issued after row r < LR: [r * PIECES / LR, (r + 1) * PIECES / LR).
-      constexpr int LR = WB < NMSPMM_FIXED_LOAD_ROWS ? WB : NMSPMM_FIXED_LOAD_ROWS;
-      auto pieces_after = [&](int r) {
-        if (r < LR) {
-#pragma unroll
-          for (int j = r * PIECES / LR; j < (r + 1) * PIECES / LR; ++j) piece(j);
         }
       };
       Frag fa, fb;
@@ -375,16 +364,13 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
         const int r = 4 * g;
         load_frag(fb, As, Bs, c.y, c.y, r + 1);
         fma_frag(fa);
-        pieces_after(r);
+        if (g == 0) load_next();
         load_frag(fa, As, Bs, c.z, c.z, r + 2);
         fma_frag(fb);
-        pieces_after(r + 1);
         load_frag(fb, As, Bs, c.w, c.w, r + 3);
         fma_frag(fa);
-        pieces_after(r + 2);
         if (g + 1 < G) load_frag(fa, As, Bs, n.x, n.x, r + 4);
         fma_frag(fb);
-        pieces_after(r + 3);
         c = n;
       }
     }
@@ -477,6 +463,18 @@ cudaError_t launch_tiled(const SpmmParams& p, cudaStream_t stream) {
   spmm_tiled_kernel<C><<<grid, C::THREADS, smem, stream>>>(p, wb, qt, stage);
   return cudaGetLastError();
 }
+
+// Explicit instantiations of the four fixed-WB variants of one configuration (one per
+// spmm_tiled_*_k32_fixed.cu; declared by NMSPMM_FIXED_WB_CONFIGS in spmm_tiled.h).
+#define NMSPMM_INSTANTIATE_FIXED_WB(BM, BN, TM)                                                   \
+  template cudaError_t launch_tiled<TiledConfig<BM, BN, TM, 32, false, true, 4>>(const SpmmParams&,  \
+                                                                               cudaStream_t);      \
+  template cudaError_t launch_tiled<TiledConfig<BM, BN, TM, 32, false, true, 8>>(const SpmmParams&,  \
+                                                                               cudaStream_t);      \
+  template cudaError_t launch_tiled<TiledConfig<BM, BN, TM, 32, false, true, 12>>(const SpmmParams&, \
+                                                                                cudaStream_t);     \
+  template cudaError_t launch_tiled<TiledConfig<BM, BN, TM, 32, false, true, 16>>(const SpmmParams&, \
+                                                                                cudaStream_t);
 
 }  // namespace kernels
 }  // namespace nmspmm

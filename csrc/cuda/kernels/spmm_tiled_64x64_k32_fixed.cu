@@ -4,9 +4,6 @@
 
 namespace nmspmm {
 namespace kernels {
-template cudaError_t launch_tiled<TiledConfig<64, 64, 8, 32, false, true, 4>>(const SpmmParams&, cudaStream_t);
-template cudaError_t launch_tiled<TiledConfig<64, 64, 8, 32, false, true, 8>>(const SpmmParams&, cudaStream_t);
-template cudaError_t launch_tiled<TiledConfig<64, 64, 8, 32, false, true, 12>>(const SpmmParams&, cudaStream_t);
-template cudaError_t launch_tiled<TiledConfig<64, 64, 8, 32, false, true, 16>>(const SpmmParams&, cudaStream_t);
+NMSPMM_INSTANTIATE_FIXED_WB(64, 64, 8)
 }  // namespace kernels
 }  // namespace nmspmm
