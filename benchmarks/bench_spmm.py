@@ -402,7 +402,8 @@ def _heuristic(m: int, n: int, k: int, p: S.Pattern, num_sms: int) -> Tuple[int,
     import torch
     import nmspmm  # noqa: F401  (registers torch.ops.nmspmm)
 
-    kernel, split = torch.ops.nmspmm.spmm_heuristic(m, n, k, p.N, p.M, p.L, True, num_sms)
+    clusters = not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] >= 9
+    kernel, split = torch.ops.nmspmm.spmm_heuristic(m, n, k, p.N, p.M, p.L, True, num_sms, clusters)
     return int(kernel), int(split)
 
 

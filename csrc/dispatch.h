@@ -23,8 +23,21 @@ enum KernelId : int {
   kTiled128x256 = 9,    // non-packing, 256 threads: 128x256 (16x8 thread tile)
   kTiled256x128 = 10,   //                           256x128 (16x8)
   kTiled128x128w8 = 11, //                           128x128 (8x8)
-  kNumKernels = 12,
+  kDecodeW4 = 12,       // m <= 2, sm_90: k split over the W = 4, 8, 16 warps of a block and
+  kDecodeW8 = 13,       // over the split_k (1, 2, 4, 8) blocks of a thread-block cluster,
+  kDecodeW16 = 14,      // reduced through distributed shared memory (no workspace, one launch)
+  kNumKernels = 15,
 };
+
+inline bool is_cluster_decode_kernel(int kernel) { return kernel >= kDecodeW4 && kernel <= kDecodeW16; }
+// Warps per block of a cluster decode kernel.
+inline int cluster_decode_warps(int kernel) { return 4 << (kernel - kDecodeW4); }
+// Largest m of the cluster decode kernels (beyond it the split-K decode kernel is faster).
+constexpr int kClusterDecodeMaxM = 2;
+// Whether a plan writes a split-K workspace (the cluster decode kernels reduce on chip).
+inline bool plan_uses_workspace(int kernel, int split_k) {
+  return split_k > 1 && kernel != kGeneric && !is_cluster_decode_kernel(kernel);
+}
 
 struct TileShape {
   int bm, bn;
@@ -57,6 +70,7 @@ inline bool kernel_supports(int kernel, int64_t m, int64_t N, int64_t M, int64_t
   (void)N;
   if (kernel == kGeneric) return true;
   if (kernel == kDecode) return L >= 4 && m <= 16;
+  if (is_cluster_decode_kernel(kernel)) return L >= 4 && m <= kClusterDecodeMaxM;
   if (kernel == kTiled128x256 || kernel == kTiled256x128) return L >= 16 && M <= 32;
   if (is_tiled_kernel(kernel)) return L >= 16 && M <= 64;
   if (is_packed_kernel(kernel)) return L >= 16 && M <= kPackKBlock && has_col_info;
@@ -113,10 +127,29 @@ inline double tiled_cost_us(const TiledCost& c, int64_t m, int64_t n, int64_t k,
   return us;
 }
 
+// Decode (m <= 2) on sm_90: warps per block W and blocks per cluster of the cluster decode kernel.
+// Each 128-column tile gets P = W * cluster warps along k: the smallest power of two that puts
+// about 6.5 warps per SM on the GPU, but no more than keeps a full batch of 16 rows per warp.
+// P <= 32 runs as 4 warps x P/4 blocks, 64 as 8 x 8 (at most 8 tiles) or 16 x 4, 128 as 16 x 8.
+// Fitted to tools/decode_sweep.py on H100 (m = 1, 2; 10 Llama shapes x 4 sparsities): the pick is
+// 1.0% above the best of the 12 configs on geomean (benchmarks/results/h100/decode_sweep.csv).
+inline Plan choose_cluster_decode(int64_t n, int64_t k, int64_t N, int64_t M, int num_sms) {
+  const int64_t tiles = ceil_div_i(n, 128);
+  const int64_t w = k / M * N;
+  int64_t P = 4;
+  while (P < 128 && 2 * tiles * P < 13 * static_cast<int64_t>(num_sms)) P *= 2;
+  while (P > 4 && w / P < 16) P /= 2;
+  if (P <= 32) return {kDecodeW4, static_cast<int>(P / 4)};
+  if (P == 64) return tiles <= 8 ? Plan{kDecodeW8, 8} : Plan{kDecodeW16, 4};
+  return {kDecodeW16, 8};
+}
+
+// clusters: the device has thread-block clusters (compute capability >= 9.0).
 inline Plan choose_plan(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, int64_t L,
-                        bool has_col_info, int num_sms) {
+                        bool has_col_info, int num_sms, bool clusters = true) {
   if (num_sms <= 0) num_sms = 132;
   if (L < 4 || (L < 16 && m > 16)) return {kGeneric, 1};
+  if (m <= kClusterDecodeMaxM && clusters) return choose_cluster_decode(n, k, N, M, num_sms);
   if (m <= 16) {
     // Decode: enough blocks to keep every SM streaming the weight.
     const int col_blocks = ceil_div_i(n, 128);

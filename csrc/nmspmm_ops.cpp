@@ -20,8 +20,9 @@ namespace nmspmm {
 // The plan the runtime heuristic picks for a problem (exposed for benchmarks and tests;
 // no tensors involved, so it works on any build).
 static std::vector<int64_t> spmm_heuristic(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M,
-                                           int64_t L, bool has_col_info, int64_t num_sms) {
-  const Plan p = choose_plan(m, n, k, N, M, L, has_col_info, static_cast<int>(num_sms));
+                                           int64_t L, bool has_col_info, int64_t num_sms,
+                                           bool clusters) {
+  const Plan p = choose_plan(m, n, k, N, M, L, has_col_info, static_cast<int>(num_sms), clusters);
   return {static_cast<int64_t>(p.kernel), p.split_k};
 }
 
@@ -45,8 +46,8 @@ TORCH_LIBRARY(nmspmm, m) {
       "spmm_with_plan(Tensor x, Tensor values, Tensor indices, int N, int M, int L, Tensor? bias, "
       "Tensor? col_info, Tensor? packed_indices, int kernel, int split_k) -> Tensor");
   m.def(
-      "spmm_heuristic(int m, int n, int k, int N, int M, int L, bool has_col_info, int num_sms) "
-      "-> int[]",
+      "spmm_heuristic(int m, int n, int k, int N, int M, int L, bool has_col_info, int num_sms, "
+      "bool clusters=True) -> int[]",
       &spmm_heuristic);
 }
 

@@ -321,7 +321,7 @@ def test_indices_not_ascending_cpu(kind):
 # spmm_with_plan
 
 
-@pytest.mark.parametrize("kernel", [12, 100, -1])
+@pytest.mark.parametrize("kernel", [15, 100, -1])
 def test_plan_unknown_kernel(kernel, device):
     _, _, values, indices = _packed(device)
     with raises(r"nmspmm.spmm_with_plan: (unknown kernel|kernel must be >= 0)"):
@@ -365,6 +365,22 @@ def test_plan_decode_kernel_for_large_m(device):
     with raises(r"kernel 1 cannot run m=32 with pattern 2:4 L=16"):
         ops.spmm_with_plan(torch.randn(32, 64, device=device), values, indices, 2, 4, 16, None, None,
                            None, 1, 1)
+
+
+@pytest.mark.parametrize("device", PLAN_DEVICES)
+def test_plan_cluster_decode_split_k_is_a_cluster_size(device):
+    _, _, values, indices = _packed(device)
+    with raises(r"split_k of kernel 12 is its cluster size and must be 1, 2, 4 or 8, got 3"):
+        ops.spmm_with_plan(torch.randn(3, 64, device=device), values, indices, 2, 4, 16, None, None,
+                           None, 12, 3)
+
+
+@pytest.mark.parametrize("device", PLAN_DEVICES)
+def test_plan_cluster_decode_kernel_above_its_m(device):
+    _, _, values, indices = _packed(device)
+    with raises(r"kernel 14 cannot run m=5 with pattern 2:4 L=16"):
+        ops.spmm_with_plan(torch.randn(5, 64, device=device), values, indices, 2, 4, 16, None, None,
+                           None, 14, 1)
 
 
 @pytest.mark.parametrize("device", PLAN_DEVICES)

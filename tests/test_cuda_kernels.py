@@ -28,6 +28,17 @@ GENERIC, DECODE = 0, 1
 TILED = (2, 3, 4, 5, 9, 10, 11)
 TILED_M32 = (9, 10)  # k-block 32 only
 PACKED = (6, 7, 8)
+CLUSTER = {12: 2, 13: 2, 14: 2}  # cluster decode kernel -> largest m (sm_90)
+
+
+def decode_m(kernel, m, other):
+    """m for a test of `kernel`: `m` for the decode kernels (capped at a cluster kernel's largest
+    m), `other` for the rest."""
+    if kernel == DECODE:
+        return m
+    if kernel in CLUSTER:
+        return min(m, CLUSTER[kernel])
+    return other
 
 
 def supports(kernel, m, N, M, L, has_col_info=True):
@@ -36,6 +47,8 @@ def supports(kernel, m, N, M, L, has_col_info=True):
         return True
     if kernel == DECODE:
         return L >= 4 and m <= 16
+    if kernel in CLUSTER:
+        return L >= 4 and m <= CLUSTER[kernel]
     if kernel in TILED_M32:
         return L >= 16 and M <= 32
     if kernel in TILED:
@@ -119,7 +132,7 @@ def run_plan(w, x, kernel, split_k, bias=None, with_col_info=True):
 def effective_split(w, m, kernel, split_k, with_col_info=True):
     if kernel is None:
         kernel, split_k = ops.spmm_heuristic(m, w.n, w.k, w.N, w.M, w.L, with_col_info, num_sms())
-    return 1 if kernel == GENERIC else split_k
+    return 1 if kernel == GENERIC or kernel in CLUSTER else split_k  # workspace blocks
 
 
 def poison(*numels):
@@ -178,13 +191,15 @@ def _plan_cases():
             for s in (splits if kernel != GENERIC else (1,)):
                 cases.append(pytest.param(kernel, N, M, L, m, s, id=f"k{kernel}-{N}:{M}-L{L}-m{m}-s{s}"))
 
-    for kernel, (N, M), m in itertools.product(range(12), PATTERNS_ALL, MS):
-        add(kernel, N, M, 32, m, (1, 2, 4))
-    for L, kernel, (N, M), m in itertools.product((4, 16, 64, 128), range(12), PATTERNS_ALL, MS_OTHER_L):
+    for kernel, (N, M), m in itertools.product(range(15), PATTERNS_ALL, MS):
+        add(kernel, N, M, 32, m, (1, 2, 8) if kernel in CLUSTER else (1, 2, 4))
+    for L, kernel, (N, M), m in itertools.product((4, 16, 64, 128), range(15), PATTERNS_ALL, MS_OTHER_L):
         add(kernel, N, M, L, m, (1, 4))
     for L, (N, M), m in itertools.product((1, 2, 8), PATTERNS_ALL, MS_OTHER_L):
         add(GENERIC, N, M, L, m, (1,))
         add(DECODE, N, M, L, m, (1, 2))
+        for kernel in CLUSTER:
+            add(kernel, N, M, L, m, (1, 8))
     return cases
 
 
@@ -231,17 +246,17 @@ def test_llama_shapes(shape, pattern):
         for with_col_info in (False, True):
             run_checked(w, torch.randn(m, w.k, device=DEV), None, 1, w.bias, with_col_info)
     # Forced plans: decode with and without split-K, every tiled and packed kernel.
-    for kernel, split_k, m in [(DECODE, 1, 16), (DECODE, 8, 3)] + \
-            [(k, s, 256) for k in TILED + PACKED for s in (1, 4)]:
+    for kernel, split_k, m in [(DECODE, 1, 16), (DECODE, 8, 3), (12, 8, 1), (12, 2, 2), (13, 1, 1),
+                               (14, 4, 2)] + [(k, s, 256) for k in TILED + PACKED for s in (1, 4)]:
         run_checked(w, torch.randn(m, w.k, device=DEV), kernel, split_k, w.bias)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
-@pytest.mark.parametrize("kernel,split_k", [(None, 1), (GENERIC, 1), (DECODE, 2), (3, 2), (7, 1)])
+@pytest.mark.parametrize("kernel,split_k", [(None, 1), (GENERIC, 1), (DECODE, 2), (12, 2), (3, 2), (7, 1)])
 def test_half_precision(kernel, split_k, dtype):
     N, M, L = 4, 32, 32
     w = small_weight(N, M, L)
-    m = 8 if kernel == DECODE else 40
+    m = decode_m(kernel, 8, 40)
     x = torch.randn(m, w.k, device=DEV).to(dtype)
     vals, idx, _, _, _, (cols, packed) = w.args()
     bias = w.bias.to(dtype)
@@ -260,7 +275,8 @@ def test_half_precision(kernel, split_k, dtype):
 # ----------------------------------------------------------------------------------------------
 # layouts, shapes, repetition, determinism
 
-FAMILIES = [(GENERIC, 1), (DECODE, 1), (DECODE, 4), (2, 1), (4, 2), (5, 1), (6, 1), (8, 2), (None, 1)]
+FAMILIES = [(GENERIC, 1), (DECODE, 1), (DECODE, 4), (12, 1), (14, 8), (2, 1), (4, 2), (5, 1), (6, 1), (8, 2),
+            (None, 1)]
 
 
 def fam_id(p):
@@ -274,7 +290,8 @@ def test_non_contiguous_and_3d_x(layout, plan):
     kernel, split_k = plan
     w = small_weight(8, 32, 32)
     k = w.k
-    m = 6
+    m = 2 if kernel in CLUSTER else 6
+    h = m // 2
     if layout == "transposed":
         x = torch.randn(k, m, device=DEV).t()
     elif layout == "strided_cols":
@@ -286,9 +303,9 @@ def test_non_contiguous_and_3d_x(layout, plan):
     elif layout == "expanded":        # row stride 0
         x = torch.randn(1, k, device=DEV).expand(m, k)
     elif layout == "3d":
-        x = torch.randn(2, 3, k, device=DEV)
+        x = torch.randn(2, h, k, device=DEV)
     else:
-        x = torch.randn(3, 2 * k, 2, device=DEV)[:, ::2, 1].unsqueeze(0).expand(2, 3, k)
+        x = torch.randn(h, 2 * k, 2, device=DEV)[:, ::2, 1].unsqueeze(0).expand(2, h, k)
     y = run_plan(w, x, kernel, split_k, w.bias)
     assert y.shape == (*x.shape[:-1], w.n)
     ref, scale = w.reference(x, w.bias)
@@ -319,7 +336,8 @@ def test_repeated_calls_and_interleaved_shapes():
         check(y0, ref, scale)
 
 
-DET_PLANS = [(GENERIC, 1), (DECODE, 1), (DECODE, 2), (DECODE, 8), (DECODE, 32), (None, 1)] + \
+DET_PLANS = [(GENERIC, 1), (DECODE, 1), (DECODE, 2), (DECODE, 8), (DECODE, 32), (12, 1), (12, 8), (13, 4),
+             (14, 2), (None, 1)] + \
     [(k, s) for k in TILED + PACKED for s in (1, 2, 4)]
 
 
@@ -327,7 +345,7 @@ DET_PLANS = [(GENERIC, 1), (DECODE, 1), (DECODE, 2), (DECODE, 8), (DECODE, 32), 
 def test_bitwise_deterministic(plan):
     kernel, split_k = plan
     w = large_weight(512, 2048, 2, 8)
-    for m in ((8, 16) if kernel == DECODE else (8, 200)):
+    for m in ((1, 2) if kernel in CLUSTER else (8, 16) if kernel == DECODE else (8, 200)):
         x = torch.randn(m, w.k, device=DEV)
         ys = [run_plan(w, x, kernel, split_k, w.bias) for _ in range(3)]
         assert torch.equal(ys[0], ys[1]) and torch.equal(ys[0], ys[2])
@@ -335,12 +353,13 @@ def test_bitwise_deterministic(plan):
         check(ys[0], ref, scale)
 
 
-@pytest.mark.parametrize("split_k", [16, 64])
-def test_more_splits_than_windows(split_k):
+@pytest.mark.parametrize("kernel,split_k", [(DECODE, 16), (DECODE, 64), (12, 8), (14, 8)])
+def test_more_splits_than_windows(kernel, split_k):
     # Decode with more k-splits than windows: the empty splits contribute zeros.
     w = small_weight(2, 32, 32)  # k = 224: 7 windows
     for m in (1, 5, 16):
-        run_checked(w, torch.randn(m, w.k, device=DEV), DECODE, split_k, w.bias)
+        if supports(kernel, m, 2, 32, 32):
+            run_checked(w, torch.randn(m, w.k, device=DEV), kernel, split_k, w.bias)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -353,7 +372,7 @@ def test_side_stream(plan):
     # a kernel launched on another stream would read x before it is ready.
     kernel, split_k = plan
     w = small_weight(4, 32, 32)
-    m = 8 if kernel == DECODE else 48
+    m = decode_m(kernel, 8, 48)
     a = torch.randn(2048, 2048, device=DEV) / 45.0
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
@@ -400,11 +419,11 @@ def test_cuda_graph_capture_and_replay(m, with_col_info):
         check(static_y, ref, scale)
 
 
-@pytest.mark.parametrize("plan", [(DECODE, 8), (3, 4), (7, 2), (GENERIC, 1)], ids=fam_id)
+@pytest.mark.parametrize("plan", [(DECODE, 8), (12, 8), (14, 4), (3, 4), (7, 2), (GENERIC, 1)], ids=fam_id)
 def test_cuda_graph_forced_split_k(plan):
     kernel, split_k = plan
     w = large_weight(256, 1024, 2, 4)
-    m = 4 if kernel == DECODE else 96
+    m = decode_m(kernel, 4, 96)
     static_x = torch.randn(m, w.k, device=DEV)
     run_plan(w, static_x, kernel, split_k, w.bias)  # warm-up outside the capture
     torch.cuda.synchronize()

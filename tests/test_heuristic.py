@@ -1,7 +1,8 @@
 """The runtime heuristic (csrc/dispatch.h, exposed as torch.ops.nmspmm.spmm_heuristic) returns a
 kernel that can run the problem, on any build (no tensors involved).
 
-Kernel ids (csrc/dispatch.h): 0 generic, 1 decode, 2-5 and 9-11 tiled (non-packing), 6-8 packed."""
+Kernel ids (csrc/dispatch.h): 0 generic, 1 decode (any GPU), 2-5 and 9-11 tiled (non-packing),
+6-8 packed, 12-14 cluster decode (sm_90; 4, 8, 16 warps per block, split_k = cluster size)."""
 import itertools
 
 import pytest
@@ -13,7 +14,8 @@ GENERIC, DECODE = 0, 1
 TILED = {2, 3, 4, 5, 9, 10, 11}
 TILED_M32 = {9, 10}  # k-block 32 only
 PACKED = {6, 7, 8}
-NUM_KERNELS = 12
+CLUSTER_DECODE = {12: 2, 13: 2, 14: 2}  # kernel -> largest m
+NUM_KERNELS = 15
 
 
 def supports(kernel, m, N, M, L, has_col_info):
@@ -22,6 +24,8 @@ def supports(kernel, m, N, M, L, has_col_info):
         return True
     if kernel == DECODE:
         return L >= 4 and m <= 16
+    if kernel in CLUSTER_DECODE:
+        return L >= 4 and m <= CLUSTER_DECODE[kernel]
     if kernel in TILED_M32:
         return L >= 16 and M <= 32
     if kernel in TILED:
@@ -41,15 +45,16 @@ LS = [1, 2, 4, 8, 16, 32, 64, 128]
 SMS = [132, 108, 78, 1, 0]
 
 
-def plan(m, n, k, N, M, L, has_col_info, sms=132):
-    p = ops.spmm_heuristic(m, n, k, N, M, L, has_col_info, sms)
+def plan(m, n, k, N, M, L, has_col_info, sms=132, clusters=True):
+    p = ops.spmm_heuristic(m, n, k, N, M, L, has_col_info, sms, clusters)
     assert isinstance(p, list) and len(p) == 2
     return p[0], p[1]
 
 
-def _check(m, n, k, N, M, L, has_col_info, sms):
-    kernel, split_k = plan(m, n, k, N, M, L, has_col_info, sms)
-    where = f"m={m} n={n} k={k} {N}:{M} L={L} col_info={has_col_info} sms={sms} -> ({kernel}, {split_k})"
+def _check(m, n, k, N, M, L, has_col_info, sms, clusters=True):
+    kernel, split_k = plan(m, n, k, N, M, L, has_col_info, sms, clusters)
+    where = (f"m={m} n={n} k={k} {N}:{M} L={L} col_info={has_col_info} sms={sms} clusters={clusters} "
+             f"-> ({kernel}, {split_k})")
     assert 0 <= kernel < NUM_KERNELS, where
     assert supports(kernel, m, N, M, L, has_col_info), where
     assert isinstance(split_k, int) and 1 <= split_k <= 64, where
@@ -61,8 +66,12 @@ def _check(m, n, k, N, M, L, has_col_info, sms):
         assert split_k <= max(1, k // 64, k // M * N), where
     if L < 4:
         assert kernel == GENERIC, where
-    if m <= 16 and L >= 4:
+    if m <= 2 and L >= 4:
+        assert kernel in (CLUSTER_DECODE if clusters else {DECODE}), where
+    elif m <= 16 and L >= 4:
         assert kernel == DECODE, where
+    if kernel in CLUSTER_DECODE:
+        assert split_k in (1, 2, 4, 8), where  # the cluster size
     if kernel in PACKED:
         assert has_col_info, where
     return kernel, split_k
@@ -76,6 +85,8 @@ def test_heuristic_returns_supported_kernels(pattern, L):
         if k % M or n % L:
             continue
         _check(m, n, k, N, M, L, has_col_info, 132)
+        if m <= 16:
+            _check(m, n, k, N, M, L, has_col_info, 132, clusters=False)
 
 
 @pytest.mark.parametrize("sms", SMS)
@@ -93,8 +104,25 @@ def test_heuristic_nonpositive_sm_count_means_default():
 
 def test_heuristic_decode_for_small_m():
     for m, L in itertools.product(range(1, 17), (4, 8, 16, 32, 64, 128)):
-        assert plan(m, 4096, 4096, 2, 4, L, False)[0] == DECODE
-        assert plan(m, 4096, 4096, 4, 32, L, True)[0] == DECODE
+        expect = CLUSTER_DECODE if m <= 2 else {DECODE}
+        assert plan(m, 4096, 4096, 2, 4, L, False)[0] in expect
+        assert plan(m, 4096, 4096, 4, 32, L, True)[0] in expect
+        # Without thread-block clusters (compute capability < 9.0): the split-K decode kernel.
+        assert plan(m, 4096, 4096, 2, 4, L, False, clusters=False)[0] == DECODE
+        assert plan(m, 4096, 4096, 4, 32, L, True, clusters=False)[0] == DECODE
+
+
+# (n, k, N) -> (kernel, cluster size) measured best or within 2% of it on H100 (decode_sweep.csv)
+CLUSTER_PICKS = {(4096, 4096, 4): (12, 8), (4096, 11008, 16): (12, 8), (11008, 4096, 8): (12, 4),
+                 (14336, 4096, 4): (12, 2), (1024, 4096, 16): (14, 8), (512, 2048, 8): (12, 8),
+                 (2048, 8192, 12): (14, 4)}
+
+
+@pytest.mark.parametrize("shape", list(CLUSTER_PICKS), ids=str)
+def test_heuristic_cluster_decode_plan(shape):
+    n, k, N = shape
+    for m in (1, 2):
+        assert plan(m, n, k, N, 32, 32, False) == CLUSTER_PICKS[shape]
 
 
 def test_heuristic_generic_for_short_vectors():

@@ -17,7 +17,9 @@ import nmspmm
 
 ops = torch.ops.nmspmm
 NAMES = {0: "generic", 1: "decode", 2: "t128x128", 3: "t64x128", 4: "t32x128", 5: "t64x64",
-         6: "p128x128", 7: "p64x128", 8: "p32x128", 9: "t128x256", 10: "t256x128", 11: "t128x128w8"}
+         6: "p128x128", 7: "p64x128", 8: "p32x128", 9: "t128x256", 10: "t256x128", 11: "t128x128w8",
+         12: "decode_w4", 13: "decode_w8", 14: "decode_w16"}
+CLUSTER_DECODE_MAX_M = {12: 16, 13: 8, 14: 4}
 
 
 def make(n, k, N, M, L, device="cuda"):
@@ -36,6 +38,8 @@ def run(x, p, kernel, split):
 def supports(kernel, m, p):
     if kernel == 1:
         return m <= 16 and p.L >= 4
+    if kernel in CLUSTER_DECODE_MAX_M:
+        return m <= CLUSTER_DECODE_MAX_M[kernel] and p.L >= 4
     if kernel in (9, 10):
         return p.L >= 16 and p.M <= 32
     if kernel in (2, 3, 4, 5, 11):
@@ -60,10 +64,10 @@ def check(args):
             x = torch.randn(m, k, device="cuda")
             bias = torch.randn(n, device="cuda")
             ref = x.double() @ wd.double().t()
-            for kernel in range(12):
+            for kernel in NAMES:
                 if not supports(kernel, m, p):
                     continue
-                for split in (1, 3) if kernel else (1,):
+                for split in (1, 3) if 0 < kernel < 12 else (1, 2, 8) if kernel >= 12 else (1,):
                     y = run(x, p, kernel, split)
                     err = ((y.double() - ref).norm() / ref.norm()).item()
                     ok = err < 1e-5 and not torch.isnan(y).any()

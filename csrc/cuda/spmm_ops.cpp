@@ -2,7 +2,7 @@
 // into pointers, asks the heuristic (csrc/dispatch.h) for a plan and launches the torch-free
 // kernels (csrc/cuda/kernels) on the current stream. Nothing here synchronizes; the only
 // allocations are the output, the k-major copy of x for the tiled kernels and, for split-K, a
-// workspace, all from PyTorch's caching allocator (so the op is CUDA-graph capturable).
+// workspace (not for the cluster decode kernels), all from PyTorch's caching allocator (so the op is CUDA-graph capturable).
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/all.h>
@@ -25,6 +25,19 @@ int sm_count(int device) {
     cache[device] = v;
   }
   return cache[device];
+}
+
+// Thread-block clusters (the cluster decode kernels) need compute capability 9.0.
+bool has_clusters(int device) {
+  constexpr int kMaxDevices = 64;
+  static int cache[kMaxDevices] = {};  // 0 unknown, 1 no, 2 yes
+  if (device < 0 || device >= kMaxDevices) return false;
+  if (cache[device] == 0) {
+    int major = 0;
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    cache[device] = major >= 9 ? 2 : 1;
+  }
+  return cache[device] == 2;
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -65,7 +78,8 @@ at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const a
 
   Plan plan;
   if (kernel < 0) {
-    plan = choose_plan(m, out, in, N, M, L, has_col_info, sm_count(x.get_device()));
+    plan = choose_plan(m, out, in, N, M, L, has_col_info, sm_count(x.get_device()),
+                       has_clusters(x.get_device()));
   } else {
     TORCH_CHECK(kernel < kNumKernels, "nmspmm.spmm_with_plan: unknown kernel ", kernel);
     TORCH_CHECK(split_k >= 1 && split_k <= 64, "nmspmm.spmm_with_plan: split_k must be in [1, 64], got ",
@@ -73,6 +87,13 @@ at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const a
     TORCH_CHECK(kernel_supports(static_cast<int>(kernel), m, N, M, L, has_col_info),
                 "nmspmm.spmm_with_plan: kernel ", kernel, " cannot run m=", m, " with pattern ", N, ":",
                 M, " L=", L, has_col_info ? "" : " without col_info");
+    if (is_cluster_decode_kernel(static_cast<int>(kernel))) {
+      TORCH_CHECK(has_clusters(x.get_device()), "nmspmm.spmm_with_plan: kernel ", kernel,
+                  " uses thread-block clusters and needs compute capability 9.0 or newer");
+      TORCH_CHECK(split_k == 1 || split_k == 2 || split_k == 4 || split_k == 8,
+                  "nmspmm.spmm_with_plan: split_k of kernel ", kernel,
+                  " is its cluster size and must be 1, 2, 4 or 8, got ", split_k);
+    }
     plan = {static_cast<int>(kernel), static_cast<int>(split_k)};
   }
   if (plan.kernel == kGeneric) plan.split_k = 1;
@@ -80,7 +101,7 @@ at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const a
   const at::Tensor idx = (is_packed_kernel(plan.kernel) ? *packed_indices : indices).contiguous();
   const at::Tensor cols = has_col_info ? col_info->contiguous() : at::Tensor();
   at::Tensor workspace, xt;
-  if (plan.split_k > 1) workspace = at::empty({plan.split_k, m, out}, y.options());
+  if (plan_uses_workspace(plan.kernel, plan.split_k)) workspace = at::empty({plan.split_k, m, out}, y.options());
   if (is_tiled_kernel(plan.kernel) || is_packed_kernel(plan.kernel))
     xt = at::empty({in, kernels::tiled_xt_ld(m)}, y.options());
 

@@ -1,5 +1,6 @@
 // SpMM kernels outside the tiled family, and the launcher that dispatches a KernelId:
-//  * decode (m <= 16): memory-bound; streams the compressed weight once with 16-byte loads,
+//  * decode (m <= 16, any GPU; sm_90 runs the cluster decode kernels of spmm_decode_cluster.cu):
+//    memory-bound; streams the compressed weight once with 16-byte loads,
 //    the k dimension split over blocks (and over the warps of a block), x staged in shared memory;
 //  * generic: any pattern (L = 1, 2, ...): one thread per output column and 4 rows;
 //  * transpose_x: the k-major copy of x (NM-SpMM's column-major A) that the tiled kernels read;
@@ -11,6 +12,7 @@
 
 #include "../../dispatch.h"
 #include "spmm.h"
+#include "spmm_decode.h"
 #include "spmm_tiled.h"
 
 namespace nmspmm {
@@ -249,18 +251,18 @@ cudaError_t launch_nonpacked(const SpmmParams& p, cudaStream_t stream) {
 
 cudaError_t launch_spmm(const SpmmParams& p, int kernel, cudaStream_t stream) {
   if (!kernel_supports(kernel, p.m, p.N, p.M, p.L, p.col_info != nullptr)) return cudaErrorInvalidValue;
-  if (p.split_k < 1 || (p.split_k > 1 && p.workspace == nullptr)) return cudaErrorInvalidValue;
+  if (p.split_k < 1 || (plan_uses_workspace(kernel, p.split_k) && p.workspace == nullptr))
+    return cudaErrorInvalidValue;
   if ((is_tiled_kernel(kernel) || is_packed_kernel(kernel)) && p.L < 16) return cudaErrorInvalidValue;
   if (p.m == 0 || p.n == 0) return cudaSuccess;
   cudaError_t err = cudaSuccess;
-  bool uses_split = p.split_k > 1;
+  const bool uses_split = plan_uses_workspace(kernel, p.split_k);
   if (is_tiled_kernel(kernel) || is_packed_kernel(kernel)) {
     err = launch_transpose_x(p, stream);
     if (err != cudaSuccess) return err;
   }
   switch (kernel) {
     case kGeneric: {
-      uses_split = false;
       const int64_t bx = (p.n + kGenericCols - 1) / kGenericCols;
       const int64_t by = (p.m + kGenericRows - 1) / kGenericRows;
       if (bx > 0x7fffffff || by > 65535) return cudaErrorInvalidConfiguration;
@@ -275,6 +277,9 @@ cudaError_t launch_spmm(const SpmmParams& p, int kernel, cudaStream_t stream) {
       else if (p.m <= 4) err = launch_decode<4>(p, stream);
       else if (p.m <= 8) err = launch_decode<8>(p, stream);
       else err = launch_decode<16>(p, stream);
+      break;
+    case kDecodeW4: case kDecodeW8: case kDecodeW16:
+      err = launch_decode_cluster(p, cluster_decode_warps(kernel), stream);
       break;
     case kTiled128x128: err = launch_nonpacked<128, 128, 16>(p, stream); break;
     case kTiled64x128: err = launch_nonpacked<64, 128, 8>(p, stream); break;

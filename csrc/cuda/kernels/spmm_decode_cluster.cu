@@ -1,0 +1,185 @@
+// Decode SpMM for m <= 2 with split-K inside a thread-block cluster (sm_90).
+//
+// Memory-bound: the compressed weight is read once, so the kernel is built to keep many 16-byte
+// weight loads in flight and to have nothing else on the critical path:
+//  * a warp owns 128 output columns (4 per lane, one float4 of `values` per compressed row) and
+//    walks its share of the block's compressed rows in batches of 16; a batch issues its 16 index
+//    loads and 16 weight loads before anything waits, then gathers x straight from global memory
+//    (x is one or two rows that stay in L1/L2: no staging, no barrier in the main loop);
+//  * the block's W warps split the block's k-range, and the cluster's CS blocks (gridDim.y == CS,
+//    one cluster per 128-column tile) split k, so a layer with few columns still fills the GPU;
+//  * the partial sums are reduced in a fixed order, first over the warps through shared memory,
+//    then over the cluster's blocks through distributed shared memory; each block writes a slice
+//    of the tile (+ bias). One launch, no workspace, no atomics: bitwise deterministic and
+//    CUDA-graph capturable.
+// For m >= 3 the x gather becomes the bottleneck (measured: slower than the split-K decode kernel
+// of spmm_small.cu, with or without staging x in shared memory), so these kernels stop at m = 2.
+#include <cooperative_groups.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "spmm_decode.h"
+
+namespace nmspmm {
+namespace kernels {
+
+namespace {
+
+constexpr int kClusterCols = 128;  // output columns per warp and per block (32 lanes x 4)
+constexpr int kBatchRows = 16;     // compressed rows per warp batch
+
+// MR: rows of x (1 or 2); W: warps per block.
+template <int MR, int W>
+__global__ void __launch_bounds__(W * 32) spmm_decode_cluster_kernel(const SpmmParams p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  __trap();  // launch_decode_cluster refuses devices without clusters; never reached
+#else
+  namespace cg = cooperative_groups;
+  constexpr int R = kBatchRows;
+  __shared__ float4 red[W * MR * 32];  // per-warp partial sums [W][MR][32 lanes] (a lane's 4 columns)
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int64_t n = p.n, m = p.m, ldx = p.ldx;
+  const int N = p.N, M = p.M;
+  const int64_t q = n / p.L;
+  const int64_t col = static_cast<int64_t>(blockIdx.x) * kClusterCols + lane * 4;
+  const bool col_ok = col < n;
+
+  // This block's compressed rows: whole windows [g0, g1) of the k-split blockIdx.y.
+  const int64_t windows = p.k / M;
+  const int64_t g0 = windows * blockIdx.y / gridDim.y;
+  const int64_t g1 = windows * (blockIdx.y + 1) / gridDim.y;
+  const int64_t u_end = g1 * N;
+
+  float acc[MR][4];
+#pragma unroll
+  for (int i = 0; i < MR; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) acc[i][j] = 0.f;
+
+  if (col_ok) {
+    const float* const vcol = p.values + col;
+    const uint8_t* const icol = p.indices + col / p.L;
+    for (int64_t ub = g0 * N + static_cast<int64_t>(warp) * R; ub < u_end; ub += static_cast<int64_t>(W) * R) {
+      int idx[R];
+      float4 b[R];
+      // All index and weight loads of the batch first (rows past u_end re-read row u_end - 1,
+      // always in bounds, and count as zero below).
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const int64_t u = ub + r < u_end ? ub + r : u_end - 1;
+        idx[r] = __ldg(icol + u * q);
+        b[r] = __ldcs(reinterpret_cast<const float4*>(vcol + u * n));
+      }
+      // Keep them ahead of the math: the compiler would otherwise sink each load to its use and
+      // leave one or two in flight.
+      asm volatile("" ::: "memory");
+      // x column of each row, relative to the batch's first window gb (row ub is position s of gb).
+      const int64_t gb = ub / N;
+      const float* const xb = p.x + gb * M;
+      int s = static_cast<int>(ub - gb * N), wo = 0;
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const bool ok = ub + r < u_end;
+        if (!ok) b[r] = make_float4(0.f, 0.f, 0.f, 0.f);
+        const int c = ok ? wo * M + idx[r] : 0;  // rows past the end read x at the batch start
+        if (++s == N) {
+          s = 0;
+          ++wo;
+        }
+#pragma unroll
+        for (int i = 0; i < MR; ++i) {
+          const float a = i < m ? __ldg(xb + c + i * ldx) : 0.f;
+          acc[i][0] = fmaf(a, b[r].x, acc[i][0]);
+          acc[i][1] = fmaf(a, b[r].y, acc[i][1]);
+          acc[i][2] = fmaf(a, b[r].z, acc[i][2]);
+          acc[i][3] = fmaf(a, b[r].w, acc[i][3]);
+        }
+      }
+    }
+  }
+
+  // Fixed-order reduction over the block's warps (into warp 0's slots)...
+#pragma unroll
+  for (int i = 0; i < MR; ++i)
+    red[(warp * MR + i) * 32 + lane] = make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
+  __syncthreads();
+  for (int e = tid; e < MR * 32; e += W * 32) {
+    float4 t = red[e];
+#pragma unroll
+    for (int w = 1; w < W; ++w) {
+      const float4 o = red[w * MR * 32 + e];
+      t.x += o.x; t.y += o.y; t.z += o.z; t.w += o.w;
+    }
+    red[e] = t;
+  }
+  // ...then over the cluster's blocks, each block finishing a slice of the tile.
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();
+  const int cs = static_cast<int>(cluster.num_blocks());
+  const int slice = MR * 32 / cs;  // cs is a power of two <= 8, MR * 32 >= 32
+  const int rank = static_cast<int>(cluster.block_rank());
+  for (int t = tid; t < slice; t += W * 32) {
+    const int e = rank * slice + t;
+    float4 sum = *cluster.map_shared_rank(red + e, 0);
+    for (int j = 1; j < cs; ++j) {
+      const float4 o = *cluster.map_shared_rank(red + e, j);
+      sum.x += o.x; sum.y += o.y; sum.z += o.z; sum.w += o.w;
+    }
+    const int i = e / 32;
+    const int64_t c = static_cast<int64_t>(blockIdx.x) * kClusterCols + (e % 32) * 4;
+    if (i < m && c < n) {
+      if (p.bias != nullptr) {
+        const float4 bb = *reinterpret_cast<const float4*>(p.bias + c);
+        sum.x += bb.x; sum.y += bb.y; sum.z += bb.z; sum.w += bb.w;
+      }
+      *reinterpret_cast<float4*>(p.y + i * n + c) = sum;
+    }
+  }
+  cluster.sync();  // no block leaves while another still reads its shared memory
+#endif
+}
+
+template <int MR, int W>
+cudaError_t launch_one(const SpmmParams& p, cudaStream_t stream) {
+  const int64_t blocks_n = (p.n + kClusterCols - 1) / kClusterCols;
+  if (blocks_n > 0x7fffffff) return cudaErrorInvalidConfiguration;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(blocks_n), static_cast<unsigned>(p.split_k), 1);
+  cfg.blockDim = dim3(W * 32, 1, 1);
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = 1;
+  attr[0].val.clusterDim.y = static_cast<unsigned>(p.split_k);
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, spmm_decode_cluster_kernel<MR, W>, p);
+}
+
+template <int MR>
+cudaError_t launch_warps(const SpmmParams& p, int warps, cudaStream_t stream) {
+  switch (warps) {
+    case 4: return launch_one<MR, 4>(p, stream);
+    case 8: return launch_one<MR, 8>(p, stream);
+    case 16: return launch_one<MR, 16>(p, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_decode_cluster(const SpmmParams& p, int warps, cudaStream_t stream) {
+  if (p.m < 1 || p.m > 2 || p.L < 4 || p.n % 4 != 0) return cudaErrorInvalidValue;
+  if (p.split_k != 1 && p.split_k != 2 && p.split_k != 4 && p.split_k != 8) return cudaErrorInvalidValue;
+  if (reinterpret_cast<uintptr_t>(p.values) % 16 != 0 || reinterpret_cast<uintptr_t>(p.y) % 16 != 0 ||
+      (p.bias != nullptr && reinterpret_cast<uintptr_t>(p.bias) % 16 != 0))
+    return cudaErrorMisalignedAddress;
+  return p.m == 1 ? launch_warps<1>(p, warps, stream) : launch_warps<2>(p, warps, stream);
+}
+
+}  // namespace kernels
+}  // namespace nmspmm
