@@ -371,7 +371,7 @@ def test_plan_decode_kernel_for_large_m(device):
 def test_plan_cluster_decode_split_k_is_a_cluster_size(device):
     _, _, values, indices = _packed(device)
     with raises(r"split_k of kernel 12 is its cluster size and must be 1, 2, 4 or 8, got 3"):
-        ops.spmm_with_plan(torch.randn(3, 64, device=device), values, indices, 2, 4, 16, None, None,
+        ops.spmm_with_plan(torch.randn(2, 64, device=device), values, indices, 2, 4, 16, None, None,
                            None, 12, 3)
 
 
