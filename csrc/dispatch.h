@@ -34,10 +34,6 @@ inline bool is_cluster_decode_kernel(int kernel) { return kernel >= kDecodeW4 &&
 inline int cluster_decode_warps(int kernel) { return 4 << (kernel - kDecodeW4); }
 // Largest m of the cluster decode kernels (beyond it the split-K decode kernel is faster).
 constexpr int kClusterDecodeMaxM = 2;
-// Whether a plan writes a split-K workspace (the cluster decode kernels reduce on chip).
-inline bool plan_uses_workspace(int kernel, int split_k) {
-  return split_k > 1 && kernel != kGeneric && !is_cluster_decode_kernel(kernel);
-}
 
 struct TileShape {
   int bm, bn;
@@ -62,6 +58,26 @@ inline bool is_packed_kernel(int kernel) {
 inline bool is_tiled_kernel(int kernel) {
   return (kernel >= kTiled128x128 && kernel <= kTiled64x64) ||
          (kernel >= kTiled128x256 && kernel <= kTiled128x128w8);
+}
+
+// Largest split-K a tiled kernel reduces inside a thread-block cluster. The kernels take any
+// cluster of 2..8 blocks, but measured on H100 (tools/sweep_plans.py, m <= 1024, kernels 2, 3, 5,
+// same plans both ways; benchmarks/results/h100/experiments/cluster_split_*) the cluster reduction
+// beats the workspace only at split 2 (0.94-0.95x the time on geomean); at 4 it is 1.01-1.06x and
+// up to 1.7x slower (clusters of 4 leave SM slots empty), at 8 0.97-0.99x with outliers both ways.
+constexpr int kMaxClusterSplit = 2;
+// Whether a plan's split-K reduces on chip. clusters: the device has thread-block clusters
+// (compute capability >= 9.0). The cluster decode kernels always do; a tiled or packing kernel
+// with 2 <= split_k <= kMaxClusterSplit does on such a device: the split_k blocks of an output
+// tile form one cluster and sum their partial tiles through distributed shared memory.
+inline bool plan_reduces_in_cluster(int kernel, int split_k, bool clusters) {
+  if (is_cluster_decode_kernel(kernel)) return true;
+  return clusters && split_k > 1 && split_k <= kMaxClusterSplit &&
+         (is_tiled_kernel(kernel) || is_packed_kernel(kernel));
+}
+// Whether a plan writes a split-K workspace [split_k, m, n] that a second launch reduces.
+inline bool plan_uses_workspace(int kernel, int split_k, bool clusters) {
+  return split_k > 1 && kernel != kGeneric && !plan_reduces_in_cluster(kernel, split_k, clusters);
 }
 
 // Which kernels can run a pattern at all (the generic kernel runs everything).
@@ -109,9 +125,15 @@ constexpr TiledCost kTiledCosts[] = {
     {kPacked32x128, 4, 0.621, 0.158, 64},
 };
 
-// Estimated microseconds of a tiled kernel with `split` k-splits (plus the split-K reduction).
+// Fixed cost of a split-K reduction in microseconds: through the workspace (a second launch), and
+// inside a cluster (split 2; fitted to the same-plan A/B of the cluster and workspace reductions).
+constexpr double kWorkspaceReduceUs = 8.68;
+constexpr double kClusterReduceUs = 3.59;
+
+// Estimated microseconds of a tiled kernel with `split` k-splits (plus the split-K reduction,
+// in a cluster when `clusters`, else through the workspace and a second launch).
 inline double tiled_cost_us(const TiledCost& c, int64_t m, int64_t n, int64_t k, int64_t N,
-                            int64_t M, int split, int num_sms) {
+                            int64_t M, int split, int num_sms, bool clusters = false) {
   const bool packed = is_packed_kernel(c.kernel);
   const int64_t kblock = (packed || M > 32) ? 64 : 32;
   const double alpha = (!packed && kblock == 64) ? 2 * c.alpha : c.alpha;
@@ -123,7 +145,10 @@ inline double tiled_cost_us(const TiledCost& c, int64_t m, int64_t n, int64_t k,
                                            (static_cast<int64_t>(num_sms) * c.blocks_per_sm));
   const int64_t stages = (ceil_div_i(k, kblock) + split - 1) / split;
   double us = waves * static_cast<double>(stages) * (alpha + c.beta * wb);
-  if (split > 1) us += 8.68 + 0.900 * static_cast<double>(split + 1) * m * n * 4 / 1.0e6;  // reduction
+  if (split > 1) {
+    const double fixed = plan_reduces_in_cluster(c.kernel, split, clusters) ? kClusterReduceUs : kWorkspaceReduceUs;
+    us += fixed + 0.900 * static_cast<double>(split + 1) * m * n * 4 / 1.0e6;
+  }
   return us;
 }
 
@@ -175,7 +200,7 @@ inline Plan choose_plan(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, i
       // (H100 plan sweep, m = 4096 rows, and 4096^3), which the cost model alone misranks.
       const int64_t ctas = static_cast<int64_t>(ceil_div_i(m, t.bm)) * ceil_div_i(n, t.bn) * split;
       if (c.kernel == kTiled128x128w8 && ctas >= 2 * static_cast<int64_t>(num_sms)) continue;
-      const double us = tiled_cost_us(c, m, n, k, N, M, split, num_sms);
+      const double us = tiled_cost_us(c, m, n, k, N, M, split, num_sms, clusters);
       if (best_us < 0 || us < best_us) {
         best_us = us;
         best = {c.kernel, split};

@@ -13,6 +13,9 @@ the kernels forget to write stays NaN and fails the comparison.
 """
 import functools
 import itertools
+import os
+import subprocess
+import sys
 import zlib
 
 import pytest
@@ -58,6 +61,12 @@ def supports(kernel, m, N, M, L, has_col_info=True):
 
 def num_sms():
     return torch.cuda.get_device_properties(0).multi_processor_count
+
+
+def cluster_split():
+    """Whether the tiled kernels' split-K of 2 reduces inside a thread-block cluster here
+    (csrc/dispatch.h::plan_reduces_in_cluster; NMSPMM_NO_CLUSTER_SPLIT=1 turns it off)."""
+    return torch.cuda.get_device_capability()[0] >= 9 and os.environ.get("NMSPMM_NO_CLUSTER_SPLIT") != "1"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -132,7 +141,11 @@ def run_plan(w, x, kernel, split_k, bias=None, with_col_info=True):
 def effective_split(w, m, kernel, split_k, with_col_info=True):
     if kernel is None:
         kernel, split_k = ops.spmm_heuristic(m, w.n, w.k, w.N, w.M, w.L, with_col_info, num_sms())
-    return 1 if kernel == GENERIC or kernel in CLUSTER else split_k  # workspace blocks
+    if kernel == GENERIC or kernel in CLUSTER:
+        return 1
+    if split_k == 2 and cluster_split():
+        return 1  # reduced in a cluster, no workspace
+    return split_k  # workspace blocks
 
 
 def poison(*numels):
@@ -193,6 +206,10 @@ def _plan_cases():
 
     for kernel, (N, M), m in itertools.product(range(15), PATTERNS_ALL, MS):
         add(kernel, N, M, 32, m, (1, 2, 8) if kernel in CLUSTER else (1, 2, 4))
+    # Tiled split-K that is not a power of two (3), and more splits than k-blocks (8, 16: empty
+    # splits), with 17 and 255 rows.
+    for kernel, (N, M), m in itertools.product(TILED + PACKED, PATTERNS, (17, 255)):
+        add(kernel, N, M, 32, m, (3, 8, 16))
     for L, kernel, (N, M), m in itertools.product((4, 16, 64, 128), range(15), PATTERNS_ALL, MS_OTHER_L):
         add(kernel, N, M, L, m, (1, 4))
     for L, (N, M), m in itertools.product((1, 2, 8), PATTERNS_ALL, MS_OTHER_L):
@@ -338,7 +355,7 @@ def test_repeated_calls_and_interleaved_shapes():
 
 DET_PLANS = [(GENERIC, 1), (DECODE, 1), (DECODE, 2), (DECODE, 8), (DECODE, 32), (12, 1), (12, 8), (13, 4),
              (14, 2), (None, 1)] + \
-    [(k, s) for k in TILED + PACKED for s in (1, 2, 4)]
+    [(k, s) for k in TILED + PACKED for s in (1, 2, 3, 4, 16)]
 
 
 @pytest.mark.parametrize("plan", DET_PLANS, ids=fam_id)
@@ -351,6 +368,42 @@ def test_bitwise_deterministic(plan):
         assert torch.equal(ys[0], ys[1]) and torch.equal(ys[0], ys[2])
         ref, scale = w.reference(x, w.bias)
         check(ys[0], ref, scale)
+
+
+# Run in a child process with NMSPMM_NO_CLUSTER_SPLIT=1 (read once per process): the same plans
+# with split-K through the workspace and reduce_splits.
+_WORKSPACE_CHILD = r"""
+import sys
+import torch
+import nmspmm
+d = torch.load(sys.argv[1])
+ops = torch.ops.nmspmm
+outs = [ops.spmm_with_plan(d["x"], d["values"], d["indices"], *d["pattern"], d["bias"], d["cols"],
+                           d["packed"], k, s) for k, s in d["plans"]]
+torch.save(outs, sys.argv[2])
+"""
+
+
+def test_cluster_split_bitwise_equals_workspace_split(tmp_path):
+    # The cluster reduction sums the partial tiles in the order reduce_splits does (rank 0, 1, ...,
+    # then bias), so both reductions give the same bits.
+    if not cluster_split():
+        pytest.skip("split-K reduces through the workspace on this device")
+    w = large_weight(512, 2048, 2, 8)
+    values, indices, N, M, L, (cols, packed) = w.args()
+    x = torch.randn(200, w.k, device=DEV)
+    plans = [(k, 2) for k in TILED + PACKED]
+    here = [ops.spmm_with_plan(x, values, indices, N, M, L, w.bias, cols, packed, k, s) for k, s in plans]
+    torch.save(dict(x=x, values=values, indices=indices, pattern=(N, M, L), bias=w.bias, cols=cols,
+                    packed=packed, plans=plans), tmp_path / "in.pt")
+    env = dict(os.environ, NMSPMM_NO_CLUSTER_SPLIT="1")
+    subprocess.run([sys.executable, "-c", _WORKSPACE_CHILD, str(tmp_path / "in.pt"), str(tmp_path / "out.pt")],
+                   env=env, check=True, timeout=300)
+    there = torch.load(tmp_path / "out.pt")
+    ref, scale = w.reference(x, w.bias)
+    for (k, s), a, b in zip(plans, here, there):
+        check(a, ref, scale)
+        assert torch.equal(a, b.to(a.device)), f"kernel {k} split_k {s}: cluster and workspace reductions differ"
 
 
 @pytest.mark.parametrize("kernel,split_k", [(DECODE, 16), (DECODE, 64), (12, 8), (14, 8)])
@@ -419,7 +472,8 @@ def test_cuda_graph_capture_and_replay(m, with_col_info):
         check(static_y, ref, scale)
 
 
-@pytest.mark.parametrize("plan", [(DECODE, 8), (12, 8), (14, 4), (3, 4), (7, 2), (GENERIC, 1)], ids=fam_id)
+@pytest.mark.parametrize("plan", [(DECODE, 8), (12, 8), (14, 4), (3, 4), (2, 2), (3, 16), (7, 2), (GENERIC, 1)],
+                         ids=fam_id)
 def test_cuda_graph_forced_split_k(plan):
     kernel, split_k = plan
     w = large_weight(256, 1024, 2, 4)

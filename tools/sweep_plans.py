@@ -2,7 +2,9 @@
 heuristic's cost model (csrc/dispatch.h) offline:  python tools/sweep_plans.py --out DIR
 
 Writes plan_sweep.csv (one row per shape x plan: ms = mean of 8 back-to-back runs after 2 warm-ups,
-and the heuristic's pick for the shape). The fit is tools/fit_cost_model.py."""
+the heuristic's pick for the shape, and whether split-K reduced in a cluster). --splits, --kernels
+and --max-m narrow the sweep; NMSPMM_NO_CLUSTER_SPLIT=1 times the workspace reduction on sm_90.
+The fit is tools/fit_cost_model.py."""
 import argparse
 import csv
 import os
@@ -36,17 +38,29 @@ def main():
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--budget-s", type=float, default=330)
     ap.add_argument("--packing", action="store_true", help="also time the packing kernels (6-8)")
+    ap.add_argument("--splits", default="1,2,4,8", help="split-K factors to time (comma-separated)")
+    ap.add_argument("--kernels", default="2,3,4,5,9,10,11", help="kernel ids to time (comma-separated)")
+    ap.add_argument("--max-m", type=int, default=1 << 30, help="skip shapes with more rows")
+    ap.add_argument("--name", default="plan_sweep.csv", help="output file name under --out")
+    ap.add_argument("--patterns", default="16:32,12:32,8:32,4:32", help="N:M patterns of the grid")
     args = ap.parse_args()
+    splits = [int(v) for v in args.splits.split(",")]
+    kernels = [int(v) for v in args.kernels.split(",")]
+    patterns = [tuple(map(int, v.split(":"))) for v in args.patterns.split(",")]
+    # Split-K reduction mode of this process (csrc/dispatch.h::plan_reduces_in_cluster).
+    cluster = (torch.cuda.get_device_capability()[0] >= 9 and
+               os.environ.get("NMSPMM_NO_CLUSTER_SPLIT") != "1")
     torch.manual_seed(0)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     grid = []
     for i, (n, k) in enumerate(NMSPMM100_NK):
         for m in (256, 1024, 4096) if i < 8 else ((512, 2048) if i % 2 == 0 else (256,)):
-            for (N, M) in ((16, 32), (12, 32), (8, 32), (4, 32)):
+            for (N, M) in patterns:
                 grid.append((m, n, k, N, M, 32))
     grid += [(1024, 4096, 4096, 2, 32, 32), (1024, 4096, 4096, 1, 32, 32), (4096, 4096, 4096, 2, 32, 32)]
+    grid = [g for g in grid if g[0] <= args.max_m]
     rows, t0 = [], time.time()
-    path = os.path.join(args.out, "plan_sweep.csv")
+    path = os.path.join(args.out, args.name)
     os.makedirs(args.out, exist_ok=True)
     for (m, n, k, N, M, L) in grid:
         if time.time() - t0 > args.budget_s:
@@ -56,15 +70,16 @@ def main():
         x = torch.randn(m, k, device="cuda")
         heur = ops.spmm_heuristic(m, n, k, N, M, L, True, sms)
         best = None
-        for kernel in range(2, 12):
-            if not supports(kernel, m, p) or (kernel in (6, 7, 8) and (N * 4 > M or not args.packing)):
+        for kernel in kernels + ([6, 7, 8] if args.packing else []):
+            if not supports(kernel, m, p) or (kernel in (6, 7, 8) and N * 4 > M):
                 continue
-            for split in (1, 2, 4, 8):
+            for split in splits:
                 if split > 1 and k // 32 // split < 4:
                     continue
                 ms = time_ms(lambda: run(x, p, kernel, split))
                 rows.append(dict(m=m, n=n, k=k, N=N, M=M, L=L, kernel=kernel, split=split, ms=ms,
-                                 heur_kernel=heur[0], heur_split=heur[1]))
+                                 heur_kernel=heur[0], heur_split=heur[1],
+                                 cluster=int(cluster and split == 2)))  # plan_reduces_in_cluster
                 if best is None or ms < best[0]:
                     best = (ms, kernel, split)
         heur_ms = [r["ms"] for r in rows if (r["m"], r["n"], r["k"], r["N"], r["kernel"], r["split"]) ==

@@ -1,11 +1,14 @@
 // CUDA binding of nmspmm::spmm and nmspmm::spmm_with_plan: checks the arguments, turns tensors
 // into pointers, asks the heuristic (csrc/dispatch.h) for a plan and launches the torch-free
 // kernels (csrc/cuda/kernels) on the current stream. Nothing here synchronizes; the only
-// allocations are the output, the k-major copy of x for the tiled kernels and, for split-K, a
-// workspace (not for the cluster decode kernels), all from PyTorch's caching allocator (so the op is CUDA-graph capturable).
+// allocations are the output, the k-major copy of x for the tiled kernels and, for split-K
+// reduced off chip, a workspace, all from PyTorch's caching allocator (so the op is CUDA-graph
+// capturable). On sm_90 split-K reduces inside a thread-block cluster and needs no workspace.
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/all.h>
+
+#include <cstdlib>
 
 #include "../checks.h"
 #include "../dispatch.h"
@@ -38,6 +41,16 @@ bool has_clusters(int device) {
     cache[device] = major >= 9 ? 2 : 1;
   }
   return cache[device] == 2;
+}
+
+// NMSPMM_NO_CLUSTER_SPLIT=1 (read once) reduces the tiled kernels' split-K through the workspace
+// even where clusters exist: an A/B switch for measuring the cluster reduction, not a tuning knob.
+bool cluster_split_enabled() {
+  static const bool enabled = [] {
+    const char* e = std::getenv("NMSPMM_NO_CLUSTER_SPLIT");
+    return e == nullptr || e[0] != '1';
+  }();
+  return enabled;
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -77,9 +90,9 @@ at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const a
   if (m == 0 || out == 0) return y.to(dtype).reshape(out_shape);
 
   Plan plan;
+  const bool clusters = has_clusters(x.get_device());
   if (kernel < 0) {
-    plan = choose_plan(m, out, in, N, M, L, has_col_info, sm_count(x.get_device()),
-                       has_clusters(x.get_device()));
+    plan = choose_plan(m, out, in, N, M, L, has_col_info, sm_count(x.get_device()), clusters);
   } else {
     TORCH_CHECK(kernel < kNumKernels, "nmspmm.spmm_with_plan: unknown kernel ", kernel);
     TORCH_CHECK(split_k >= 1 && split_k <= 64, "nmspmm.spmm_with_plan: split_k must be in [1, 64], got ",
@@ -101,7 +114,11 @@ at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const a
   const at::Tensor idx = (is_packed_kernel(plan.kernel) ? *packed_indices : indices).contiguous();
   const at::Tensor cols = has_col_info ? col_info->contiguous() : at::Tensor();
   at::Tensor workspace, xt;
-  if (plan_uses_workspace(plan.kernel, plan.split_k)) workspace = at::empty({plan.split_k, m, out}, y.options());
+  // Cluster decode kernels always reduce on chip; the tiled kernels' split-K does where the
+  // device has clusters (unless switched off for A/B timing).
+  const bool cluster_reduce =
+      plan_reduces_in_cluster(plan.kernel, plan.split_k, clusters && cluster_split_enabled());
+  if (plan.split_k > 1 && plan.kernel != kGeneric && !cluster_reduce) workspace = at::empty({plan.split_k, m, out}, y.options());
   if (is_tiled_kernel(plan.kernel) || is_packed_kernel(plan.kernel))
     xt = at::empty({in, kernels::tiled_xt_ld(m)}, y.options());
 
@@ -123,6 +140,7 @@ at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const a
   p.M = static_cast<int>(M);
   p.L = static_cast<int>(L);
   p.split_k = plan.split_k;
+  p.cluster_reduce = cluster_reduce && !is_cluster_decode_kernel(plan.kernel);
   const cudaError_t err = kernels::launch_spmm(p, plan.kernel, c10::cuda::getCurrentCUDAStream());
   TORCH_CHECK(err == cudaSuccess, "nmspmm.spmm: kernel ", plan.kernel, " (split_k=", plan.split_k,
               ") failed for m=", m, " n=", out, " k=", in, ": ", cudaGetErrorString(err));

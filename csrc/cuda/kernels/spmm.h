@@ -18,10 +18,14 @@ struct SpmmParams {
   const uint8_t* col_info;   // [ceil(n/128), ceil(k/64), 64] (packed kernels only)
   const float* bias;         // [n] or nullptr
   float* y;                  // [m, n]
-  float* workspace;          // [split_k, m, n] when split_k > 1
+  float* workspace;          // [split_k, m, n] when split_k > 1 and not cluster_reduce
   int64_t m, n, k;
   int N, M, L;
   int split_k;
+  // Tiled and packing kernels, 2 <= split_k <= 8, sm_90: the split_k blocks of an output tile run
+  // as one thread-block cluster and reduce their partial tiles through distributed shared memory
+  // (no workspace, no second launch). The binding sets it where plan_reduces_in_cluster holds.
+  bool cluster_reduce;
 };
 
 // Row length of the k-major copy of x that the tiled and packed kernels read.

@@ -264,12 +264,27 @@ bool fixed_wb_enabled() {
   return enabled;
 }
 
+// NMSPMM_NO_KB64=1 (read once) runs the k-block-32 WB = 4 variant where the k-block-64 WB = 8 one
+// exists: an A/B switch, not a tuning knob.
+bool kb64_enabled() {
+  static const bool enabled = [] {
+    const char* e = std::getenv("NMSPMM_NO_KB64");
+    return e == nullptr || e[0] != '1';
+  }();
+  return enabled;
+}
+
 template <int BM, int BN, int TM, int KB, bool PACKED>
 cudaError_t launch_tiled_any_l(const SpmmParams& p, cudaStream_t stream) {
   if (p.L >= 32) {
     if constexpr (KB == 32 && !PACKED) {
       // Fixed-WB variants for 4, 8, 12 or 16 compressed rows per k-block.
       if (fixed_wb_enabled()) {
+        if constexpr (has_kb64_variant<BM, BN, TM>()) {
+          // 4:32 (and 2:16, 1:8) with k-blocks of 64: 8 rows per stage instead of 4.
+          if (kb64_enabled() && 64 % p.M == 0 && 64 / p.M * p.N == 8)
+            return launch_tiled<TiledConfig<BM, BN, TM, 64, false, true, 8>>(p, stream);
+        }
         switch (KB / p.M * p.N) {
           case 4: return launch_tiled<TiledConfig<BM, BN, TM, KB, false, true, 4>>(p, stream);
           case 8: return launch_tiled<TiledConfig<BM, BN, TM, KB, false, true, 8>>(p, stream);
@@ -294,12 +309,15 @@ cudaError_t launch_nonpacked(const SpmmParams& p, cudaStream_t stream) {
 
 cudaError_t launch_spmm(const SpmmParams& p, int kernel, cudaStream_t stream) {
   if (!kernel_supports(kernel, p.m, p.N, p.M, p.L, p.col_info != nullptr)) return cudaErrorInvalidValue;
-  if (p.split_k < 1 || (plan_uses_workspace(kernel, p.split_k) && p.workspace == nullptr))
-    return cudaErrorInvalidValue;
+  if (p.split_k < 1) return cudaErrorInvalidValue;
+  // cluster_reduce only where the plan can reduce in a cluster; otherwise split-K needs the workspace.
+  if (p.cluster_reduce && !plan_reduces_in_cluster(kernel, p.split_k, true)) return cudaErrorInvalidValue;
+  if (p.cluster_reduce && is_cluster_decode_kernel(kernel)) return cudaErrorInvalidValue;
+  const bool uses_split = plan_uses_workspace(kernel, p.split_k, p.cluster_reduce);
+  if (uses_split && p.workspace == nullptr) return cudaErrorInvalidValue;
   if ((is_tiled_kernel(kernel) || is_packed_kernel(kernel)) && p.L < 16) return cudaErrorInvalidValue;
   if (p.m == 0 || p.n == 0) return cudaSuccess;
   cudaError_t err = cudaSuccess;
-  const bool uses_split = plan_uses_workspace(kernel, p.split_k);
   if (is_tiled_kernel(kernel) || is_packed_kernel(kernel)) {
     err = launch_transpose_x(p, stream);
     if (err != cudaSuccess) return err;

@@ -22,9 +22,12 @@
 // for L = 16 each thread's two 4-column groups use their own index.
 // Thread tile TM x 8: rows {ti + 32f .. ti + 32f + 3} for f < TM/4, columns {tj..tj+3} and
 // {tj+16..tj+19}; LDS.128 fragments that are free of bank conflicts.
-// Split-K: gridDim.z splits the k-blocks; each split writes its partial tile to the workspace
-// (no atomics), reduced in fixed order by reduce_splits (deterministic).
+// Split-K: gridDim.z splits the k-blocks. On sm_90 (p.cluster_reduce) the splits of a tile form
+// one thread-block cluster and sum their partial tiles through distributed shared memory in fixed
+// order; elsewhere each split writes its partial tile to the workspace (no atomics), reduced in
+// the same fixed order by reduce_splits. Deterministic either way.
 #pragma once
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -411,6 +414,52 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
   cp_async_wait<0>();
 
   // Epilogue: rows ti+{0..3} (+32), columns tj+{0..3} and tj+16+{0..3}.
+  if (p.cluster_reduce) {
+    // Split-K inside the cluster (gridDim.z = cluster size = split_k, rank = blockIdx.z): every
+    // block parks its partial tile in its own shared memory (slot j = 2i + g of every thread, one
+    // float4 each, conflict-free), then block r sums the slots j with j % split_k == r over the
+    // ranks 0, 1, ..., split_k - 1 in that order (+ bias) and writes them: the order of
+    // reduce_splits, so the result is bitwise that of the workspace path. The sums read every
+    // partial (the block's own too) from shared memory, so no accumulator stays live past here.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+    __trap();  // launch_tiled refuses cluster_reduce on devices without clusters; never reached
+#else
+    namespace cg = cooperative_groups;
+    const cg::cluster_group cluster = cg::this_cluster();
+    const int splits = p.split_k;
+    const int rank = static_cast<int>(blockIdx.z);
+    float4* const part = smem_f4;
+    __syncthreads();  // every warp is done reading the last stage
+#pragma unroll
+    for (int i = 0; i < C::TM; ++i)
+#pragma unroll
+      for (int g = 0; g < 2; ++g)
+        part[(2 * i + g) * C::THREADS + tid] =
+            make_float4(acc[i][4 * g], acc[i][4 * g + 1], acc[i][4 * g + 2], acc[i][4 * g + 3]);
+    cluster.sync();
+#pragma unroll 1
+    for (int j = rank; j < 2 * C::TM; j += splits) {
+      const int i = j / 2, g = j % 2;
+      const int64_t row = m0 + ti + 32 * (i / 4) + (i % 4);
+      const int64_t col = n0 + tj + 16 * g;
+      if (row >= M_ || col >= N_) continue;
+      float4* const slot = part + j * C::THREADS + tid;
+      float4 v = *cluster.map_shared_rank(slot, 0);
+#pragma unroll 1
+      for (int r = 1; r < splits; ++r) {
+        const float4 o = *cluster.map_shared_rank(slot, r);
+        v.x += o.x; v.y += o.y; v.z += o.z; v.w += o.w;
+      }
+      if (p.bias != nullptr) {
+        const float4 bb = *reinterpret_cast<const float4*>(p.bias + col);
+        v.x += bb.x; v.y += bb.y; v.z += bb.z; v.w += bb.w;
+      }
+      *reinterpret_cast<float4*>(p.y + row * N_ + col) = v;
+    }
+    cluster.sync();  // no block leaves while another still reads its shared memory
+#endif
+    return;
+  }
   const bool split = p.split_k > 1;
   float* out = split ? p.workspace + static_cast<int64_t>(blockIdx.z) * M_ * N_ : p.y;
 #pragma unroll
@@ -431,10 +480,13 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
   }
 }
 
-// Shared memory of a launch (wb compressed rows per stage).
+// Shared memory of a launch (wb compressed rows per stage); with the cluster reduction at least
+// the BM x BN partial tile.
 template <class C>
-inline size_t tiled_smem_bytes(int wb) {
-  return static_cast<size_t>(C::STAGES) * C::stage_floats(wb) * sizeof(float);
+inline size_t tiled_smem_bytes(int wb, bool cluster_reduce) {
+  const size_t pipeline = static_cast<size_t>(C::STAGES) * C::stage_floats(wb) * sizeof(float);
+  const size_t partial = static_cast<size_t>(C::BM) * C::BN * sizeof(float);
+  return cluster_reduce && partial > pipeline ? partial : pipeline;
 }
 
 template <class C>
@@ -448,7 +500,7 @@ cudaError_t launch_tiled(const SpmmParams& p, cudaStream_t stream) {
   if (dev >= kMaxDevices) return cudaErrorInvalidDevice;
   if (!configured[dev]) {
     err = cudaFuncSetAttribute(spmm_tiled_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(tiled_smem_bytes<C>(C::KB)));
+                               static_cast<int>(tiled_smem_bytes<C>(C::KB, true)));
     if (err != cudaSuccess) return err;
     configured[dev] = true;
   }
@@ -456,12 +508,29 @@ cudaError_t launch_tiled(const SpmmParams& p, cudaStream_t stream) {
   if (C::FIXED && (wb != C::WB || p.L < 32)) return cudaErrorInvalidValue;
   const int qt = p.L >= C::BN ? 1 : C::BN / p.L;
   const int stage = C::stage_floats(wb);
-  const size_t smem = tiled_smem_bytes<C>(wb);
+  const size_t smem = tiled_smem_bytes<C>(wb, p.cluster_reduce);
   const int64_t mt = (p.m + C::BM - 1) / C::BM, ntl = (p.n + C::BN - 1) / C::BN;
   if (mt > 0x7fffffff || ntl > 65535 || p.split_k > 65535) return cudaErrorInvalidConfiguration;
   dim3 grid(static_cast<unsigned>(mt), static_cast<unsigned>(ntl), static_cast<unsigned>(p.split_k));
-  spmm_tiled_kernel<C><<<grid, C::THREADS, smem, stream>>>(p, wb, qt, stage);
-  return cudaGetLastError();
+  if (!p.cluster_reduce) {
+    spmm_tiled_kernel<C><<<grid, C::THREADS, smem, stream>>>(p, wb, qt, stage);
+    return cudaGetLastError();
+  }
+  // The split_k blocks of a tile (along z) form one cluster.
+  if (p.split_k < 2 || p.split_k > 8 || 2 * C::TM < p.split_k) return cudaErrorInvalidValue;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(C::THREADS, 1, 1);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = 1;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = static_cast<unsigned>(p.split_k);
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, spmm_tiled_kernel<C>, p, wb, qt, stage);
 }
 
 // Explicit instantiations of the four fixed-WB variants of one configuration (one per

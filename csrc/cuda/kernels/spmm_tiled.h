@@ -48,5 +48,19 @@ NMSPMM_TILED_CONFIGS(NMSPMM_DECLARE_TILED)
 NMSPMM_FIXED_WB_CONFIGS(NMSPMM_DECLARE_FIXED)
 #undef NMSPMM_DECLARE_FIXED
 
+// Fixed-WB variants with a k-block of 64 and WB = 8 (4:32, 2:16, 1:8; spmm_tiled_k64_fixed8.cu),
+// used in place of the k-block-32 WB = 4 variant of the same tile.
+#define NMSPMM_KB64_CONFIGS(X) X(128, 128, 16) X(64, 128, 8) X(32, 128, 4)
+#define NMSPMM_DECLARE_KB64(BM, BN, TM)                                                       \
+  extern template cudaError_t launch_tiled<TiledConfig<BM, BN, TM, 64, false, true, 8>>(      \
+      const SpmmParams&, cudaStream_t);
+NMSPMM_KB64_CONFIGS(NMSPMM_DECLARE_KB64)
+#undef NMSPMM_DECLARE_KB64
+template <int BM, int BN, int TM>
+constexpr bool has_kb64_variant() {
+  return (BM == 128 && BN == 128 && TM == 16) || (BM == 64 && BN == 128 && TM == 8) ||
+         (BM == 32 && BN == 128 && TM == 4);
+}
+
 }  // namespace kernels
 }  // namespace nmspmm
