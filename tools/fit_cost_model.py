@@ -7,7 +7,9 @@ Model, per kernel c and split s:  us = waves * stages * (alpha_c + beta_c * wb)
                                        + [s > 1] * (red0 + red1 * (s + 1) * m * n * 4 bytes)
 with waves = ceil(ctas / (sms * blocks_per_sm)) (whole waves: this fit's picks came closest to the
 best plan among the wave models tried). It is linear in (alpha, beta, red0, red1),
-so a weighted least-squares fit on relative error does it."""
+so a weighted least-squares fit on relative error does it. The fitted reduction is the workspace one
+(session-4 sweep); on sm_90 split 2 reduces in a cluster, whose fixed cost (kClusterReduceUs) was fitted
+separately from the same-plan A/B in benchmarks/results/h100/experiments/cluster_split_ab.txt."""
 import csv
 import math
 import sys
