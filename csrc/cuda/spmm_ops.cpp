@@ -116,9 +116,9 @@ at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const a
   at::Tensor workspace, xt;
   // Cluster decode kernels always reduce on chip; the tiled kernels' split-K does where the
   // device has clusters (unless switched off for A/B timing).
-  const bool cluster_reduce =
-      plan_reduces_in_cluster(plan.kernel, plan.split_k, clusters && cluster_split_enabled());
-  if (plan.split_k > 1 && plan.kernel != kGeneric && !cluster_reduce) workspace = at::empty({plan.split_k, m, out}, y.options());
+  const bool cluster_split = clusters && cluster_split_enabled();
+  const bool cluster_reduce = plan_reduces_in_cluster(plan.kernel, plan.split_k, cluster_split);
+  if (plan_uses_workspace(plan.kernel, plan.split_k, cluster_split)) workspace = at::empty({plan.split_k, m, out}, y.options());
   if (is_tiled_kernel(plan.kernel) || is_packed_kernel(plan.kernel))
     xt = at::empty({in, kernels::tiled_xt_ld(m)}, y.options());
 
