@@ -406,6 +406,33 @@ def test_cluster_split_bitwise_equals_workspace_split(tmp_path):
         assert torch.equal(a, b.to(a.device)), f"kernel {k} split_k {s}: cluster and workspace reductions differ"
 
 
+def test_overlapped_launches_bitwise_equal_plain_stream_order(tmp_path):
+    # On sm_90 the split-K reduction through the workspace launches while its kernel still runs
+    # (programmatic dependent launch) and waits for that grid before it reads the partial sums,
+    # so the bits are those of plain stream order (NMSPMM_NO_OVERLAP=1).
+    if not cluster_split():
+        pytest.skip("no programmatic dependent launch on this device")
+    w = large_weight(512, 2048, 4, 32)
+    values, indices, N, M, L, (cols, packed) = w.args()
+    cases = [(300, [(k, s) for k in TILED for s in (1, 2, 4)] + [(k, 2) for k in PACKED]),
+             (16, [(DECODE, 8), (2, 4)])]
+    for i, (m, plans) in enumerate(cases):
+        x = torch.randn(m, w.k, device=DEV)
+        x.mul_(2.0)  # x comes from a kernel launched just before the op
+        here = [ops.spmm_with_plan(x, values, indices, N, M, L, w.bias, cols, packed, k, s) for k, s in plans]
+        ref, scale = w.reference(x, w.bias)
+        for a in here:
+            check(a, ref, scale)
+        torch.save(dict(x=x, values=values, indices=indices, pattern=(N, M, L), bias=w.bias, cols=cols,
+                        packed=packed, plans=plans), tmp_path / f"in{i}.pt")
+        env = dict(os.environ, NMSPMM_NO_OVERLAP="1")
+        subprocess.run([sys.executable, "-c", _WORKSPACE_CHILD, str(tmp_path / f"in{i}.pt"),
+                        str(tmp_path / f"out{i}.pt")], env=env, check=True, timeout=300)
+        there = torch.load(tmp_path / f"out{i}.pt")
+        for (k, s), a, b in zip(plans, here, there):
+            assert torch.equal(a, b.to(a.device)), f"kernel {k} split_k {s}: overlapped and plain launches differ"
+
+
 @pytest.mark.parametrize("kernel,split_k", [(DECODE, 16), (DECODE, 64), (12, 8), (14, 8)])
 def test_more_splits_than_windows(kernel, split_k):
     # Decode with more k-splits than windows: the empty splits contribute zeros.

@@ -53,6 +53,16 @@ bool cluster_split_enabled() {
   return enabled;
 }
 
+// NMSPMM_NO_OVERLAP=1 (read once) launches the split-K reduction in plain stream order (no
+// programmatic dependent launch): an A/B switch, not a tuning knob.
+bool overlap_enabled() {
+  static const bool enabled = [] {
+    const char* e = std::getenv("NMSPMM_NO_OVERLAP");
+    return e == nullptr || e[0] != '1';
+  }();
+  return enabled;
+}
+
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // kernel < 0: heuristic.
@@ -141,6 +151,7 @@ at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const a
   p.L = static_cast<int>(L);
   p.split_k = plan.split_k;
   p.cluster_reduce = cluster_reduce && !is_cluster_decode_kernel(plan.kernel);
+  p.overlap_launches = clusters && overlap_enabled();
   const cudaError_t err = kernels::launch_spmm(p, plan.kernel, c10::cuda::getCurrentCUDAStream());
   TORCH_CHECK(err == cudaSuccess, "nmspmm.spmm: kernel ", plan.kernel, " (split_k=", plan.split_k,
               ") failed for m=", m, " n=", out, " k=", in, ": ", cudaGetErrorString(err));

@@ -26,6 +26,10 @@ struct SpmmParams {
   // as one thread-block cluster and reduce their partial tiles through distributed shared memory
   // (no workspace, no second launch). The binding sets it where plan_reduces_in_cluster holds.
   bool cluster_reduce;
+  // sm_90: the split-K reduction through the workspace is launched with programmatic dependent
+  // launch, so its launch overlaps the tail of the kernel whose partial sums it adds (it waits for
+  // that grid before reading them). The binding sets it on compute capability 9.0+.
+  bool overlap_launches;
 };
 
 // Row length of the k-major copy of x that the tiled and packed kernels read.

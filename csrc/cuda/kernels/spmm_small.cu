@@ -12,6 +12,7 @@
 #include <cstdlib>
 
 #include "../../dispatch.h"
+#include "launch_overlap.cuh"
 #include "spmm.h"
 #include "spmm_decode.h"
 #include "spmm_tiled.h"
@@ -137,6 +138,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
     }
   }
 
+  allow_dependent_launch();  // the split-K reduction, if any, may start launching
   // Reduce the warps' partial sums in fixed order.
   __syncthreads();
   float* red = xs;
@@ -231,6 +233,7 @@ cudaError_t launch_transpose_x(const SpmmParams& p, cudaStream_t stream) {
 // y = sum_{z < splits} workspace[z] (+ bias), in fixed z order. n % 4 == 0.
 __global__ void reduce_splits_kernel(const float* __restrict__ ws, int splits, int64_t mn, int64_t n,
                                      const float* __restrict__ bias, float* __restrict__ y) {
+  grid_dependency_wait();  // launched while the split kernel may still run
   const int64_t e = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * 4;
   if (e >= mn) return;
   float4 s = *reinterpret_cast<const float4*>(ws + e);
@@ -359,9 +362,17 @@ cudaError_t launch_spmm(const SpmmParams& p, int kernel, cudaStream_t stream) {
   const int threads = 256;
   const int64_t blocks = (mn / 4 + threads - 1) / threads;
   if (blocks > 0x7fffffff) return cudaErrorInvalidConfiguration;
-  reduce_splits_kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(
-      p.workspace, p.split_k, mn, p.n, p.bias, p.y);
-  return cudaGetLastError();
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(blocks), 1, 1);
+  cfg.blockDim = dim3(threads, 1, 1);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = p.overlap_launches ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, reduce_splits_kernel, static_cast<const float*>(p.workspace), p.split_k,
+                            mn, p.n, p.bias, p.y);
 }
 
 }  // namespace kernels

@@ -34,6 +34,7 @@
 
 #include "../../pattern.h"
 #include "cp_async.cuh"
+#include "launch_overlap.cuh"
 #include "spmm.h"
 #include "spmm_tiled.h"
 
@@ -52,8 +53,16 @@ struct TiledConfig {
   static constexpr int WARPS_M = BM / (8 * TM);
   static constexpr int WARPS_N = BN / 32;
   static constexpr int THREADS = 32 * WARPS_M * WARPS_N;
-  // Pipeline depth (4 stages measured the same as 3 on H100 and cost shared memory).
+  // Pipeline depth (4 stages measured the same as 3 on H100 at 4096^3 and cost shared memory;
+  // 4 stages for the 64x128 and smaller tiles measured 1-9% slower at m = 256, 512).
   static constexpr int STAGES = 3;
+  // How many iterations ahead of its store a stage's index bytes are fetched: 1 (at the start of
+  // the iteration that stores them, after its math) or 2 (one iteration earlier). 2 only for the
+  // 128x128 k-block-64 WB = 8 kernel (4:32): +8-10% on its plans in two H100 A/Bs (100-point
+  // shapes at m = 256, 512; 4096^3 0.544 -> 0.504 ms). Applied to every config it measured
+  // +2-5% for some and -3-6% for others (128x128 WB = 8, 64x64 WB = 16), none consistent
+  // across runs but this one; experiments/index_ahead_ab.txt.
+  static constexpr int INDEX_AHEAD = BM_ == 128 && BN_ == 128 && TM_ == 16 && WB_ == 8 && KB_ == 64 ? 2 : 1;
   static constexpr int AS = BM;                  // A_s row stride (floats)
   // Vectors per column tile: L >= 16 in general, L >= 32 for the warp-uniform kernels.
   static constexpr int QT_MAX = UNIFORM ? BN / 32 : BN / 16;
@@ -165,9 +174,8 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
     return left < wb ? static_cast<int>(left) : wb;
   };
 
-  auto load_ab = [&](int s) {
+  auto load_a = [&](int s) {
     float* const As = stage_ptr(s);
-    float* const Bs = As + C::KB * C::AS;
     const bool tail = is_tail(s);
     const int64_t k0 = (kb_begin + s) * C::KB;
     float* const a_dst = As + a_r0 * C::AS + a_m;
@@ -199,6 +207,9 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
         }
       }
     }
+  };
+  auto load_b = [&](int s) {
+    float* const Bs = stage_ptr(s) + C::KB * C::AS;
     // B rows past the stage's last compressed row are neither loaded nor read.
     const int64_t u0 = (kb_begin + s) * wb;
     const int rows = stage_rows(s);
@@ -214,6 +225,8 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
   // Gather offsets: this thread's D entries e = tid + d*THREADS map to the same (row, vector)
   // slot in every stage, so the divisions and checks happen once here, not per stage.
   int dreg[C::D_PER_THREAD];
+#pragma unroll
+  for (int d = 0; d < C::D_PER_THREAD; ++d) dreg[d] = -1;
   const int wbp = C::d_row_pitch(wb);
   int d_row[C::D_PER_THREAD], d_base[C::D_PER_THREAD], d_dst[C::D_PER_THREAD];
   bool d_ok[C::D_PER_THREAD];
@@ -229,7 +242,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
     d_src[d] = p.indices + (d_ok[d] ? row * q + vec0 + vec : 0);
   }
   // fetch_d keeps the raw index bytes (-1: no entry) so that nothing waits on the global load
-  // until store_d, which runs after the current stage's math; store_d turns them into A_s offsets.
+  // until store_d; store_d turns them into A_s offsets.
   auto fetch_d = [&](int s) {
     const int64_t u0 = (kb_begin + s) * wb;
     const int64_t stage_off = u0 * q;
@@ -241,12 +254,12 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
       dreg[d] = raw;
     }
   };
-  auto store_d = [&](int s) {
+  auto store_d = [&](int s, const int* raw) {
     int* Ds = reinterpret_cast<int*>(stage_ptr(s) + C::KB * C::AS + wb * C::BN);
 #pragma unroll
     for (int d = 0; d < C::D_PER_THREAD; ++d) {
       const int e = tid + d * C::THREADS;
-      if (e < wb * qt) Ds[d_dst[d]] = dreg[d] < 0 ? 0 : (d_base[d] + dreg[d]) * C::AS;
+      if (e < wb * qt) Ds[d_dst[d]] = raw[d] < 0 ? 0 : (d_base[d] + raw[d]) * C::AS;
     }
   };
 
@@ -379,39 +392,53 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
     }
   };
 
-  // Prologue: the first STAGES-1 stages.
+  // Prologue: the first STAGES-1 stages (and, INDEX_AHEAD 2, the index bytes of stage STAGES-1).
   fetch_cols(0);
 #pragma unroll
   for (int s = 0; s < C::STAGES - 1; ++s) {
     if (s < nk) {
-      load_ab(s);
+      load_a(s);
+      load_b(s);
       fetch_d(s);
-      store_d(s);
+      store_d(s, dreg);
       fetch_cols(s + 1);
     }
     cp_async_commit();
   }
+  if (C::INDEX_AHEAD == 2 && C::STAGES - 1 < nk) fetch_d(C::STAGES - 1);
 
+  // Iteration it computes stage it, issues the copies of stage nxt = it + STAGES - 1 and stores
+  // the gather offsets of stage nxt after its math. INDEX_AHEAD 1: their index bytes are fetched
+  // at the start of this iteration; 2: one iteration earlier (this iteration fetches those of
+  // nxt + 1), so each index load has two stages of math to land.
   for (int it = 0; it < nk; ++it) {
     cp_async_wait<C::STAGES - 2>();
     __syncthreads();
     const int nxt = it + C::STAGES - 1;
+    int dcur[C::D_PER_THREAD];  // INDEX_AHEAD 2: the index bytes of stage nxt
+    if constexpr (C::INDEX_AHEAD == 2) {
+#pragma unroll
+      for (int d = 0; d < C::D_PER_THREAD; ++d) dcur[d] = dreg[d];
+      if (nxt + 1 < nk) fetch_d(nxt + 1);
+    }
     if (C::FIXED && nxt < nk && !is_tail(nxt)) {
-      fetch_d(nxt);
+      if constexpr (C::INDEX_AHEAD == 1) fetch_d(nxt);
       compute_and_load(it, nxt);
       cp_async_commit();
     } else {
       if (nxt < nk) {
-        load_ab(nxt);
-        fetch_d(nxt);
+        load_a(nxt);
+        load_b(nxt);
+        if constexpr (C::INDEX_AHEAD == 1) fetch_d(nxt);
         fetch_cols(nxt + 1);
       }
       cp_async_commit();
       compute(it);
     }
-    if (nxt < nk) store_d(nxt);
+    if (nxt < nk) store_d(nxt, C::INDEX_AHEAD == 2 ? dcur : dreg);
   }
   cp_async_wait<0>();
+  allow_dependent_launch();  // the split-K reduction, if any, may start launching
 
   // Epilogue: rows ti+{0..3} (+32), columns tj+{0..3} and tj+16+{0..3}.
   if (p.cluster_reduce) {
@@ -512,24 +539,28 @@ cudaError_t launch_tiled(const SpmmParams& p, cudaStream_t stream) {
   const int64_t mt = (p.m + C::BM - 1) / C::BM, ntl = (p.n + C::BN - 1) / C::BN;
   if (mt > 0x7fffffff || ntl > 65535 || p.split_k > 65535) return cudaErrorInvalidConfiguration;
   dim3 grid(static_cast<unsigned>(mt), static_cast<unsigned>(ntl), static_cast<unsigned>(p.split_k));
-  if (!p.cluster_reduce) {
-    spmm_tiled_kernel<C><<<grid, C::THREADS, smem, stream>>>(p, wb, qt, stage);
-    return cudaGetLastError();
-  }
-  // The split_k blocks of a tile (along z) form one cluster.
-  if (p.split_k < 2 || p.split_k > 8 || 2 * C::TM < p.split_k) return cudaErrorInvalidValue;
+  // With cluster_reduce the split_k blocks of a tile (along z) form one cluster.
+  if (p.cluster_reduce && (p.split_k < 2 || p.split_k > 8 || 2 * C::TM < p.split_k)) return cudaErrorInvalidValue;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = dim3(C::THREADS, 1, 1);
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
+  // Launched in plain stream order after the x transpose. (Programmatic dependent launch of this
+  // kernel measured +0.5-1% on geomean but up to 25% slower on grids of fewer blocks than the GPU
+  // holds: blocks launched early pile onto the SMs the transpose frees first;
+  // experiments/overlap_launch_ab.txt.)
   cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = 1;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = static_cast<unsigned>(p.split_k);
+  int na = 0;
+  if (p.cluster_reduce) {
+    attr[na].id = cudaLaunchAttributeClusterDimension;
+    attr[na].val.clusterDim.x = 1;
+    attr[na].val.clusterDim.y = 1;
+    attr[na].val.clusterDim.z = static_cast<unsigned>(p.split_k);
+    ++na;
+  }
   cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  cfg.numAttrs = na;
   return cudaLaunchKernelEx(&cfg, spmm_tiled_kernel<C>, p, wb, qt, stage);
 }
 
