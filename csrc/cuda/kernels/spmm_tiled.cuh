@@ -63,6 +63,13 @@ struct TiledConfig {
   // +2-5% for some and -3-6% for others (128x128 WB = 8, 64x64 WB = 16), none consistent
   // across runs but this one; experiments/index_ahead_ab.txt.
   static constexpr int INDEX_AHEAD = BM_ == 128 && BN_ == 128 && TM_ == 16 && WB_ == 8 && KB_ == 64 ? 2 : 1;
+  // The 128x128 tiles (16x8 and 8x8 thread tiles) pair their lanes for shared-memory loads and
+  // keep gather offsets in D_s as byte offsets from the start of shared memory (stage included),
+  // so a row's A fragment address is one add: +6% (16:32) and +3% (12:32) on their plans, +/-1%
+  // at 8:32 and 4:32, in an H100 A/B (experiments/s8_lane_byte_offsets_ab.txt). Not for the
+  // smaller tiles: 64x128 at 8:32 measured 2% slower, 64x64 the same.
+  static constexpr bool PAIRED_LANES = BM_ == 128 && BN_ == 128;
+  static constexpr bool BYTE_OFFSETS = BM_ == 128 && BN_ == 128;
   static constexpr int AS = BM;                  // A_s row stride (floats)
   // Vectors per column tile: L >= 16 in general, L >= 32 for the warp-uniform kernels.
   static constexpr int QT_MAX = UNIFORM ? BN / 32 : BN / 16;
@@ -101,7 +108,10 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp / C::WARPS_N, wn = warp % C::WARPS_N;
-  const int ml = lane & 7, nl = lane >> 3;
+  // Lane -> (row group ml, column group nl). PAIRED_LANES: lanes 2i and 2i+1 share their A address
+  // and lanes i and i^2 their B address (2 shared-memory wavefronts per LDS.128 instead of 4 / 2).
+  const int ml = C::PAIRED_LANES ? (lane >> 1) & 7 : lane & 7;
+  const int nl = C::PAIRED_LANES ? (lane & 1) | ((lane >> 4) << 1) : lane >> 3;
   const int ti = wm * (8 * C::TM) + ml * 4;
   const int tj = wn * 32 + nl * 4;
 
@@ -259,7 +269,10 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
 #pragma unroll
     for (int d = 0; d < C::D_PER_THREAD; ++d) {
       const int e = tid + d * C::THREADS;
-      if (e < wb * qt) Ds[d_dst[d]] = raw[d] < 0 ? 0 : (d_base[d] + raw[d]) * C::AS;
+      if (e < wb * qt) {
+        const int row_off = raw[d] < 0 ? 0 : (d_base[d] + raw[d]) * C::AS;
+        Ds[d_dst[d]] = C::BYTE_OFFSETS ? ((s % C::STAGES) * stage_floats + row_off) * 4 : row_off;
+      }
     }
   };
 
@@ -276,13 +289,19 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
     float a1[C::UNIFORM ? 1 : C::TM];
     float b[8];
   };
+  // BYTE_OFFSETS: this lane's A fragment base; a gather offset then costs one add per row.
+  const char* const a_lane = reinterpret_cast<const char*>(smem + ti);
+  auto a_frag_ptr = [&](const float* As, int o, int g) {
+    return reinterpret_cast<const float4*>(C::BYTE_OFFSETS ? a_lane + o + 128 * g
+                                                           : reinterpret_cast<const char*>(As + o + ti + 32 * g));
+  };
   auto load_frag = [&](Frag& f, const float* As, const float* Bs, int o0, int o1, int r) {
 #pragma unroll
     for (int g = 0; g < C::TM / 4; ++g) {
-      const float4 v = *reinterpret_cast<const float4*>(As + o0 + ti + 32 * g);
+      const float4 v = *a_frag_ptr(As, o0, g);
       f.a0[4 * g] = v.x; f.a0[4 * g + 1] = v.y; f.a0[4 * g + 2] = v.z; f.a0[4 * g + 3] = v.w;
       if constexpr (!C::UNIFORM) {
-        const float4 v1 = *reinterpret_cast<const float4*>(As + o1 + ti + 32 * g);
+        const float4 v1 = *a_frag_ptr(As, o1, g);
         f.a1[4 * g] = v1.x; f.a1[4 * g + 1] = v1.y; f.a1[4 * g + 2] = v1.z; f.a1[4 * g + 3] = v1.w;
       }
     }
