@@ -3,6 +3,7 @@
 // wrong answer.
 #pragma once
 #include <torch/all.h>
+#include "dispatch.h"
 #include "pattern.h"
 
 namespace nmspmm {
@@ -116,6 +117,24 @@ inline std::vector<int64_t> spmm_out_shape(const at::Tensor& x, int64_t out_feat
   auto s = x.sizes().vec();
   s.back() = out_features;
   return s;
+}
+
+// A forced plan of spmm_with_plan (kernel id from dispatch.h, split_k): the same rules on every
+// device, so a plan a CPU test accepts is one the CUDA binding runs. (The CUDA binding also checks
+// that the device has thread-block clusters for the cluster decode kernels.)
+inline void check_plan(int64_t kernel, int64_t split_k, int64_t m, int64_t N, int64_t M, int64_t L,
+                       bool has_col_info) {
+  TORCH_CHECK(kernel >= 0, "nmspmm.spmm_with_plan: kernel must be >= 0, got ", kernel);
+  TORCH_CHECK(kernel < kNumKernels, "nmspmm.spmm_with_plan: unknown kernel ", kernel);
+  TORCH_CHECK(split_k >= 1 && split_k <= 64, "nmspmm.spmm_with_plan: split_k must be in [1, 64], got ",
+              split_k);
+  TORCH_CHECK(kernel_supports(static_cast<int>(kernel), m, N, M, L, has_col_info),
+              "nmspmm.spmm_with_plan: kernel ", kernel, " cannot run m=", m, " with pattern ", N, ":",
+              M, " L=", L, has_col_info ? "" : " without col_info");
+  if (is_cluster_decode_kernel(static_cast<int>(kernel)))
+    TORCH_CHECK(split_k == 1 || split_k == 2 || split_k == 4 || split_k == 8,
+                "nmspmm.spmm_with_plan: split_k of kernel ", kernel,
+                " is its cluster size and must be 1, 2, 4 or 8, got ", split_k);
 }
 
 }  // namespace nmspmm

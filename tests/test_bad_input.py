@@ -1,6 +1,6 @@
 """One test per bad input: every refusal is a RuntimeError (TypeError for the Python API's
-argument types) whose message names the argument and what was expected. Checks that are
-missing today are xfail(strict=True) with the reason, so they turn into failures once fixed."""
+argument types) whose message names the argument and what was expected. A check that is missing
+is marked xfail(strict=True) with the reason, so it turns into a failure once fixed (none today)."""
 import re
 
 import pytest
@@ -302,9 +302,6 @@ def test_indices_out_of_range_cpu():
         ops.spmm(torch.randn(3, 64), values, bad, 2, 4, 16)
 
 
-@pytest.mark.xfail(strict=True, reason="decompress/col_info/spmm (CPU) accept indices that are not "
-                   "strictly ascending within a (window, vector): a repeated position silently "
-                   "drops a value in decompress while a gathering kernel would add both")
 @pytest.mark.parametrize("kind", ["duplicate", "descending"])
 def test_indices_not_ascending_cpu(kind):
     _, _, values, indices = _packed("cpu")
@@ -313,8 +310,13 @@ def test_indices_not_ascending_cpu(kind):
         bad[1, 0] = bad[0, 0]
     else:
         bad[0, 0], bad[1, 0] = indices[1, 0], indices[0, 0]
-    with raises(r"ascending"):
+    # A repeated position would make decompress keep one value where a gathering kernel adds both.
+    with raises(r"nmspmm.decompress: indices must be strictly ascending within each \(window, vector\)"):
         ops.decompress(values, bad, 2, 4, 16)
+    with raises(r"nmspmm.col_info: indices must be strictly ascending"):
+        ops.col_info(bad, 2, 4, 16)
+    with raises(r"indices must be strictly ascending"):
+        ops.spmm(torch.randn(3, 64), values, bad, 2, 4, 16)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -337,10 +339,17 @@ def test_plan_bad_split_k(split_k, device):
                            None, 1, split_k)
 
 
-CPU_ACCEPTS_PLAN = pytest.mark.xfail(
-    strict=True, reason="the CPU spmm_with_plan ignores the plan and accepts plans the CUDA binding "
-    "refuses, so a test written on the CPU can pass there and fail on the GPU")
-PLAN_DEVICES = [pytest.param("cpu", marks=CPU_ACCEPTS_PLAN), pytest.param("cuda", marks=pytest.mark.cuda)]
+# The CPU op refuses the same plans as the CUDA binding (checks.h check_plan).
+PLAN_DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
+
+
+@pytest.mark.parametrize("device", PLAN_DEVICES)
+def test_plan_checked_for_empty_input(device):
+    # No rows to compute is no reason to accept a plan that could not run.
+    _, _, values, indices = _packed(device)
+    with raises(r"kernel 6 cannot run m=0 with pattern 2:4 L=16 without col_info"):
+        ops.spmm_with_plan(torch.randn(0, 64, device=device), values, indices, 2, 4, 16, None, None,
+                           None, 6, 1)
 
 
 @pytest.mark.parametrize("device", PLAN_DEVICES)

@@ -100,6 +100,24 @@ std::tuple<at::Tensor, at::Tensor> compress_cpu(const at::Tensor& weight, const 
   return {values, indices};
 }
 
+// Host check of index data (CPU tensors only: the CUDA ops never read indices on the host, which
+// would synchronize): every index is < M, and the N positions of each (window, vector) are
+// strictly ascending, the order compress writes. A repeated position would make decompress keep
+// one of two values where a gathering kernel adds both: a silent mismatch, so it is refused.
+static void check_index_data(const uint8_t* ip, int64_t w_rows, int64_t vectors, int64_t N, int64_t M,
+                             const char* op) {
+  for (int64_t i = 0; i < w_rows * vectors; ++i)
+    TORCH_CHECK(ip[i] < M, "nmspmm.", op, ": indices holds ", int(ip[i]), " >= M=", M);
+  for (int64_t u = 0; u < w_rows; ++u) {
+    if (u % N == 0) continue;
+    for (int64_t v = 0; v < vectors; ++v)
+      TORCH_CHECK(ip[u * vectors + v] > ip[(u - 1) * vectors + v], "nmspmm.", op,
+                  ": indices must be strictly ascending within each (window, vector): row ", u,
+                  " column ", v, " holds ", int(ip[u * vectors + v]), " after ",
+                  int(ip[(u - 1) * vectors + v]));
+  }
+}
+
 at::Tensor decompress_cpu(const at::Tensor& values, const at::Tensor& indices, int64_t N, int64_t M,
                           int64_t L) {
   const int64_t in = check_compressed(values, indices, N, M, L);
@@ -108,8 +126,7 @@ at::Tensor decompress_cpu(const at::Tensor& values, const at::Tensor& indices, i
   const auto vc = values.contiguous();
   const auto ic = indices.contiguous();
   const uint8_t* ip = ic.data_ptr<uint8_t>();
-  for (int64_t i = 0; i < ic.numel(); ++i)
-    TORCH_CHECK(ip[i] < M, "nmspmm.decompress: indices holds ", int(ip[i]), " >= M=", M);
+  check_index_data(ip, w_rows, vectors, N, M, "decompress");
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, values.scalar_type(), "decompress_cpu", [&] {
     const scalar_t* vp = vc.data_ptr<scalar_t>();
     scalar_t* dp = dense.data_ptr<scalar_t>();
@@ -141,8 +158,7 @@ std::tuple<at::Tensor, at::Tensor> col_info_cpu(const at::Tensor& indices, int64
   const uint8_t* ip = ic.data_ptr<uint8_t>();
   uint8_t* cp = cols.data_ptr<uint8_t>();
   uint8_t* pp = packed.data_ptr<uint8_t>();
-  for (int64_t i = 0; i < ic.numel(); ++i)
-    TORCH_CHECK(ip[i] < M, "nmspmm.col_info: indices holds ", int(ip[i]), " >= M=", M);
+  check_index_data(ip, w_rows, vectors, N, M, "col_info");
   for (int64_t t = 0; t < n_tiles; ++t) {
     // Vectors whose columns fall in column tile t (a vector wider than the tile belongs to each
     // tile it covers).
@@ -192,8 +208,11 @@ at::Tensor spmm_with_plan_cpu(const at::Tensor& x, const at::Tensor& values,
                               const std::optional<at::Tensor>& col_info,
                               const std::optional<at::Tensor>& packed_indices, int64_t kernel,
                               int64_t split_k) {
-  TORCH_CHECK(kernel >= 0 && kernel < kNumKernels, "nmspmm.spmm_with_plan: unknown kernel ", kernel);
-  TORCH_CHECK(split_k >= 1, "nmspmm.spmm_with_plan: split_k must be >= 1, got ", split_k);
+  // The CPU computes the reference whatever the plan, but refuses the plans the CUDA binding
+  // refuses (same rules, checks.h), so a test that passes here runs there.
+  const int64_t in = check_compressed(values, indices, N, M, L);
+  check_spmm_inputs(x, values, bias, in);
+  check_plan(kernel, split_k, in > 0 ? x.numel() / in : 0, N, M, L, col_info.has_value());
   return spmm_cpu(x, values, indices, N, M, L, bias, col_info, packed_indices);
 }
 

@@ -65,12 +65,12 @@ bool overlap_enabled() {
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-// kernel < 0: heuristic.
+// forced: the plan (kernel, split_k) of spmm_with_plan; else the heuristic picks it.
 at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const at::Tensor& indices,
                           int64_t N, int64_t M, int64_t L, const std::optional<at::Tensor>& bias,
                           const std::optional<at::Tensor>& col_info,
                           const std::optional<at::Tensor>& packed_indices, int64_t kernel,
-                          int64_t split_k) {
+                          int64_t split_k, bool forced) {
   const int64_t in = check_compressed(values, indices, N, M, L);
   check_spmm_inputs(x, values, bias, in);
   TORCH_CHECK(values.is_cuda(), "nmspmm.spmm: values must be a CUDA tensor here");
@@ -96,29 +96,18 @@ at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const a
     if (!aligned16(b.data_ptr())) b = b.clone();
   }
   const int64_t m = x2.size(0);
+  const bool clusters = has_clusters(x.get_device());
+  if (forced) {  // spmm_with_plan: the plan is checked even for an empty input, as on the CPU
+    check_plan(kernel, split_k, m, N, M, L, has_col_info);
+    TORCH_CHECK(!is_cluster_decode_kernel(static_cast<int>(kernel)) || clusters,
+                "nmspmm.spmm_with_plan: kernel ", kernel,
+                " uses thread-block clusters and needs compute capability 9.0 or newer");
+  }
   at::Tensor y = at::empty({m, out}, x.options().dtype(at::kFloat));
   if (m == 0 || out == 0) return y.to(dtype).reshape(out_shape);
 
-  Plan plan;
-  const bool clusters = has_clusters(x.get_device());
-  if (kernel < 0) {
-    plan = choose_plan(m, out, in, N, M, L, has_col_info, sm_count(x.get_device()), clusters);
-  } else {
-    TORCH_CHECK(kernel < kNumKernels, "nmspmm.spmm_with_plan: unknown kernel ", kernel);
-    TORCH_CHECK(split_k >= 1 && split_k <= 64, "nmspmm.spmm_with_plan: split_k must be in [1, 64], got ",
-                split_k);
-    TORCH_CHECK(kernel_supports(static_cast<int>(kernel), m, N, M, L, has_col_info),
-                "nmspmm.spmm_with_plan: kernel ", kernel, " cannot run m=", m, " with pattern ", N, ":",
-                M, " L=", L, has_col_info ? "" : " without col_info");
-    if (is_cluster_decode_kernel(static_cast<int>(kernel))) {
-      TORCH_CHECK(has_clusters(x.get_device()), "nmspmm.spmm_with_plan: kernel ", kernel,
-                  " uses thread-block clusters and needs compute capability 9.0 or newer");
-      TORCH_CHECK(split_k == 1 || split_k == 2 || split_k == 4 || split_k == 8,
-                  "nmspmm.spmm_with_plan: split_k of kernel ", kernel,
-                  " is its cluster size and must be 1, 2, 4 or 8, got ", split_k);
-    }
-    plan = {static_cast<int>(kernel), static_cast<int>(split_k)};
-  }
+  Plan plan = forced ? Plan{static_cast<int>(kernel), static_cast<int>(split_k)}
+                     : choose_plan(m, out, in, N, M, L, has_col_info, sm_count(x.get_device()), clusters);
   if (plan.kernel == kGeneric) plan.split_k = 1;
 
   const at::Tensor idx = (is_packed_kernel(plan.kernel) ? *packed_indices : indices).contiguous();
@@ -163,7 +152,8 @@ at::Tensor spmm_cuda(const at::Tensor& x, const at::Tensor& values, const at::Te
                      int64_t M, int64_t L, const std::optional<at::Tensor>& bias,
                      const std::optional<at::Tensor>& col_info,
                      const std::optional<at::Tensor>& packed_indices) {
-  return spmm_cuda_impl(x, values, indices, N, M, L, bias, col_info, packed_indices, -1, 1);
+  return spmm_cuda_impl(x, values, indices, N, M, L, bias, col_info, packed_indices, -1, 1,
+                        /*forced=*/false);
 }
 
 at::Tensor spmm_with_plan_cuda(const at::Tensor& x, const at::Tensor& values, const at::Tensor& indices,
@@ -171,8 +161,8 @@ at::Tensor spmm_with_plan_cuda(const at::Tensor& x, const at::Tensor& values, co
                                const std::optional<at::Tensor>& col_info,
                                const std::optional<at::Tensor>& packed_indices, int64_t kernel,
                                int64_t split_k) {
-  TORCH_CHECK(kernel >= 0, "nmspmm.spmm_with_plan: kernel must be >= 0, got ", kernel);
-  return spmm_cuda_impl(x, values, indices, N, M, L, bias, col_info, packed_indices, kernel, split_k);
+  return spmm_cuda_impl(x, values, indices, N, M, L, bias, col_info, packed_indices, kernel, split_k,
+                        /*forced=*/true);
 }
 
 }  // namespace
