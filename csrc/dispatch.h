@@ -195,11 +195,13 @@ inline Plan choose_plan(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, i
     for (int split = 1; split <= 8; split *= 2) {
       // Each split keeps a useful k-extent (at least 4 k-blocks).
       if (split > 1 && kblocks / split < 4) break;
-      // The 8-warp 128x128 kernel (8x8 thread tile) only pays while its grid leaves SMs with a
-      // single block; once two blocks per SM are resident the 16x8-thread-tile kernel is faster
-      // (H100 plan sweep, m = 4096 rows, and 4096^3), which the cost model alone misranks.
+      // The 8-warp 128x128 kernel (8x8 thread tile) only pays while its grid is under one block
+      // per SM (8 warps hide latency that 4 cannot); with more blocks the 16x8-thread-tile kernel
+      // is faster, which the cost model alone misranks. (Session-8 plan sweep,
+      // experiments/plan_sweep_session8_fit.txt: with the rule at two blocks per SM the picks were
+      // 4.2% above the best plan, at one block 3.4%; 12:32 6.8% -> 4.7%.)
       const int64_t ctas = static_cast<int64_t>(ceil_div_i(m, t.bm)) * ceil_div_i(n, t.bn) * split;
-      if (c.kernel == kTiled128x128w8 && ctas >= 2 * static_cast<int64_t>(num_sms)) continue;
+      if (c.kernel == kTiled128x128w8 && ctas >= static_cast<int64_t>(num_sms)) continue;
       const double us = tiled_cost_us(c, m, n, k, N, M, split, num_sms, clusters);
       if (best_us < 0 || us < best_us) {
         best_us = us;
