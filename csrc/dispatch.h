@@ -26,12 +26,20 @@ enum KernelId : int {
   kDecodeW4 = 12,       // m <= 2, sm_90: k split over the W = 4, 8, 16 warps of a block and
   kDecodeW8 = 13,       // over the split_k (1, 2, 4, 8) blocks of a thread-block cluster,
   kDecodeW16 = 14,      // reduced through distributed shared memory (no workspace, one launch)
-  kNumKernels = 15,
+  kDecodeStaged128 = 15,  // m <= 16, sm_90: 8 warps per block over 128 / 256 / 512 output columns
+  kDecodeStaged256 = 16,  // sharing one cp.async-staged copy of x, k split over the block's warps
+  kDecodeStaged512 = 17,  // and the split_k (1, 2, 4, 8) blocks of a cluster, reduced on chip
+  kNumKernels = 18,
 };
 
-inline bool is_cluster_decode_kernel(int kernel) { return kernel >= kDecodeW4 && kernel <= kDecodeW16; }
-// Warps per block of a cluster decode kernel.
+// The decode kernels launched as thread-block clusters (sm_90): split_k is the cluster size and
+// the reduction stays on chip.
+inline bool is_cluster_decode_kernel(int kernel) { return kernel >= kDecodeW4 && kernel <= kDecodeStaged512; }
+inline bool is_staged_decode_kernel(int kernel) { return kernel >= kDecodeStaged128 && kernel <= kDecodeStaged512; }
+// Warps per block of a cluster decode kernel (12-14).
 inline int cluster_decode_warps(int kernel) { return 4 << (kernel - kDecodeW4); }
+// Column warps per block of a staged decode kernel (15-17): 128 output columns each.
+inline int staged_decode_col_warps(int kernel) { return 1 << (kernel - kDecodeStaged128); }
 // Largest m of the cluster decode kernels (beyond it the split-K decode kernel is faster).
 constexpr int kClusterDecodeMaxM = 2;
 
@@ -86,6 +94,7 @@ inline bool kernel_supports(int kernel, int64_t m, int64_t N, int64_t M, int64_t
   (void)N;
   if (kernel == kGeneric) return true;
   if (kernel == kDecode) return L >= 4 && m <= 16;
+  if (is_staged_decode_kernel(kernel)) return L >= 4 && m <= 16 && M <= 512;
   if (is_cluster_decode_kernel(kernel)) return L >= 4 && m <= kClusterDecodeMaxM;
   if (kernel == kTiled128x256 || kernel == kTiled256x128) return L >= 16 && M <= 32;
   if (is_tiled_kernel(kernel)) return L >= 16 && M <= 64;
@@ -169,6 +178,28 @@ inline Plan choose_cluster_decode(int64_t n, int64_t k, int64_t N, int64_t M, in
   return {kDecodeW16, 8};
 }
 
+// Decode (3 <= m <= 16) on sm_90: the staged decode kernel, or {-1, 0} where the split-K decode
+// kernel (1) is faster. Cluster of S = 8 blocks along k (fewer if k has fewer windows), and the
+// widest column tile (512, 256, 128: 4, 2, 1 column warps of the 8) whose grid still has about one
+// block per SM. Taken where each warp keeps a short k-range: the block's k-split fits one staged
+// x chunk (k / S <= 512), or each warp's share of compressed rows is at most 112 (m in 5..8) or
+// 56 (else). Longer ranges stream faster through the split-K kernel, whose 4x more blocks keep
+// more loads in flight. Fitted to tools/decode_sweep.py on H100 (m = 4, 8, 16; 6 Llama shapes x 4
+// sparsities, benchmarks/results/h100/decode_sweep_staged.csv).
+inline Plan choose_staged_decode(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, int num_sms) {
+  if (m < 3 || m > 16 || M > 512) return {-1, 0};
+  const int64_t windows = k / M;
+  int S = 8;
+  while (S > 1 && windows < S) S /= 2;
+  int cw = 4;
+  while (cw > 1 && 10 * static_cast<int64_t>(ceil_div_i(n, 128 * cw)) * S < 9 * static_cast<int64_t>(num_sms)) cw /= 2;
+  const int64_t rows_per_warp = windows * N / (static_cast<int64_t>(S) * (8 / cw));
+  const int64_t max_rows = (m >= 5 && m <= 8) ? 112 : 56;
+  if (k / S > 512 && rows_per_warp > max_rows) return {-1, 0};
+  const int kernel = cw == 4 ? kDecodeStaged512 : cw == 2 ? kDecodeStaged256 : kDecodeStaged128;
+  return {kernel, S};
+}
+
 // clusters: the device has thread-block clusters (compute capability >= 9.0).
 inline Plan choose_plan(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, int64_t L,
                         bool has_col_info, int num_sms, bool clusters = true) {
@@ -176,6 +207,10 @@ inline Plan choose_plan(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, i
   if (L < 4 || (L < 16 && m > 16)) return {kGeneric, 1};
   if (m <= kClusterDecodeMaxM && clusters) return choose_cluster_decode(n, k, N, M, num_sms);
   if (m <= 16) {
+    if (clusters) {
+      const Plan staged = choose_staged_decode(m, n, k, N, M, num_sms);
+      if (staged.kernel >= 0) return staged;
+    }
     // Decode: enough blocks to keep every SM streaming the weight.
     const int col_blocks = ceil_div_i(n, 128);
     const int64_t w = k / M * N;

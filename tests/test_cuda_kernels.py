@@ -31,7 +31,9 @@ GENERIC, DECODE = 0, 1
 TILED = (2, 3, 4, 5, 9, 10, 11)
 TILED_M32 = (9, 10)  # k-block 32 only
 PACKED = (6, 7, 8)
-CLUSTER = {12: 2, 13: 2, 14: 2}  # cluster decode kernel -> largest m (sm_90)
+CLUSTER = {12: 2, 13: 2, 14: 2, 15: 16, 16: 16, 17: 16}  # cluster decode kernel -> largest m (sm_90)
+STAGED = (15, 16, 17)  # of which the staged decode kernels (x staged in shared memory)
+NUM_KERNELS = 18
 
 
 def decode_m(kernel, m, other):
@@ -204,13 +206,13 @@ def _plan_cases():
             for s in (splits if kernel != GENERIC else (1,)):
                 cases.append(pytest.param(kernel, N, M, L, m, s, id=f"k{kernel}-{N}:{M}-L{L}-m{m}-s{s}"))
 
-    for kernel, (N, M), m in itertools.product(range(15), PATTERNS_ALL, MS):
+    for kernel, (N, M), m in itertools.product(range(NUM_KERNELS), PATTERNS_ALL, MS):
         add(kernel, N, M, 32, m, (1, 2, 8) if kernel in CLUSTER else (1, 2, 4))
     # Tiled split-K that is not a power of two (3), and more splits than k-blocks (8, 16: empty
     # splits), with 17 and 255 rows.
     for kernel, (N, M), m in itertools.product(TILED + PACKED, PATTERNS, (17, 255)):
         add(kernel, N, M, 32, m, (3, 8, 16))
-    for L, kernel, (N, M), m in itertools.product((4, 16, 64, 128), range(15), PATTERNS_ALL, MS_OTHER_L):
+    for L, kernel, (N, M), m in itertools.product((4, 16, 64, 128), range(NUM_KERNELS), PATTERNS_ALL, MS_OTHER_L):
         add(kernel, N, M, L, m, (1, 4))
     for L, (N, M), m in itertools.product((1, 2, 8), PATTERNS_ALL, MS_OTHER_L):
         add(GENERIC, N, M, L, m, (1,))
@@ -263,8 +265,10 @@ def test_llama_shapes(shape, pattern):
         for with_col_info in (False, True):
             run_checked(w, torch.randn(m, w.k, device=DEV), None, 1, w.bias, with_col_info)
     # Forced plans: decode with and without split-K, every tiled and packed kernel.
+    # The staged decode kernels at these k run several double-buffered x chunks per block.
     for kernel, split_k, m in [(DECODE, 1, 16), (DECODE, 8, 3), (12, 8, 1), (12, 2, 2), (13, 1, 1),
-                               (14, 4, 2)] + [(k, s, 256) for k in TILED + PACKED for s in (1, 4)]:
+                               (14, 4, 2), (15, 1, 16), (15, 8, 5), (16, 2, 9), (16, 4, 1), (17, 1, 3),
+                               (17, 8, 16)] + [(k, s, 256) for k in TILED + PACKED for s in (1, 4)]:
         run_checked(w, torch.randn(m, w.k, device=DEV), kernel, split_k, w.bias)
 
 
@@ -292,7 +296,7 @@ def test_half_precision(kernel, split_k, dtype):
 # ----------------------------------------------------------------------------------------------
 # layouts, shapes, repetition, determinism
 
-FAMILIES = [(GENERIC, 1), (DECODE, 1), (DECODE, 4), (12, 1), (14, 8), (2, 1), (4, 2), (5, 1), (6, 1), (8, 2),
+FAMILIES = [(GENERIC, 1), (DECODE, 1), (DECODE, 4), (12, 1), (14, 8), (15, 2), (17, 1), (2, 1), (4, 2), (5, 1), (6, 1), (8, 2),
             (None, 1)]
 
 
@@ -307,7 +311,7 @@ def test_non_contiguous_and_3d_x(layout, plan):
     kernel, split_k = plan
     w = small_weight(8, 32, 32)
     k = w.k
-    m = 2 if kernel in CLUSTER else 6
+    m = min(CLUSTER.get(kernel, 6), 6)
     h = m // 2
     if layout == "transposed":
         x = torch.randn(k, m, device=DEV).t()
@@ -354,7 +358,7 @@ def test_repeated_calls_and_interleaved_shapes():
 
 
 DET_PLANS = [(GENERIC, 1), (DECODE, 1), (DECODE, 2), (DECODE, 8), (DECODE, 32), (12, 1), (12, 8), (13, 4),
-             (14, 2), (None, 1)] + \
+             (14, 2), (15, 1), (16, 8), (17, 4), (None, 1)] + \
     [(k, s) for k in TILED + PACKED for s in (1, 2, 3, 4, 16)]
 
 
@@ -362,7 +366,7 @@ DET_PLANS = [(GENERIC, 1), (DECODE, 1), (DECODE, 2), (DECODE, 8), (DECODE, 32), 
 def test_bitwise_deterministic(plan):
     kernel, split_k = plan
     w = large_weight(512, 2048, 2, 8)
-    for m in ((1, 2) if kernel in CLUSTER else (8, 16) if kernel == DECODE else (8, 200)):
+    for m in ((1, 2) if CLUSTER.get(kernel) == 2 else (8, 16) if kernel == DECODE or kernel in STAGED else (8, 200)):
         x = torch.randn(m, w.k, device=DEV)
         ys = [run_plan(w, x, kernel, split_k, w.bias) for _ in range(3)]
         assert torch.equal(ys[0], ys[1]) and torch.equal(ys[0], ys[2])
@@ -433,7 +437,7 @@ def test_overlapped_launches_bitwise_equal_plain_stream_order(tmp_path):
             assert torch.equal(a, b.to(a.device)), f"kernel {k} split_k {s}: overlapped and plain launches differ"
 
 
-@pytest.mark.parametrize("kernel,split_k", [(DECODE, 16), (DECODE, 64), (12, 8), (14, 8)])
+@pytest.mark.parametrize("kernel,split_k", [(DECODE, 16), (DECODE, 64), (12, 8), (14, 8), (15, 8), (17, 8)])
 def test_more_splits_than_windows(kernel, split_k):
     # Decode with more k-splits than windows: the empty splits contribute zeros.
     w = small_weight(2, 32, 32)  # k = 224: 7 windows
@@ -499,7 +503,7 @@ def test_cuda_graph_capture_and_replay(m, with_col_info):
         check(static_y, ref, scale)
 
 
-@pytest.mark.parametrize("plan", [(DECODE, 8), (12, 8), (14, 4), (3, 4), (2, 2), (3, 16), (7, 2), (GENERIC, 1)],
+@pytest.mark.parametrize("plan", [(DECODE, 8), (12, 8), (14, 4), (16, 4), (3, 4), (2, 2), (3, 16), (7, 2), (GENERIC, 1)],
                          ids=fam_id)
 def test_cuda_graph_forced_split_k(plan):
     kernel, split_k = plan

@@ -2,7 +2,9 @@
 kernel that can run the problem, on any build (no tensors involved).
 
 Kernel ids (csrc/dispatch.h): 0 generic, 1 decode (any GPU), 2-5 and 9-11 tiled (non-packing),
-6-8 packed, 12-14 cluster decode (sm_90; 4, 8, 16 warps per block, split_k = cluster size)."""
+6-8 packed, 12-14 cluster decode (sm_90, m <= 2; 4, 8, 16 warps per block, split_k = cluster
+size), 15-17 staged decode (sm_90, m <= 16; 128, 256, 512 columns per block, split_k = cluster
+size)."""
 import itertools
 
 import pytest
@@ -15,7 +17,8 @@ TILED = {2, 3, 4, 5, 9, 10, 11}
 TILED_M32 = {9, 10}  # k-block 32 only
 PACKED = {6, 7, 8}
 CLUSTER_DECODE = {12: 2, 13: 2, 14: 2}  # kernel -> largest m
-NUM_KERNELS = 15
+STAGED_DECODE = {15, 16, 17}  # m <= 16, M <= 512
+NUM_KERNELS = 18
 
 
 def supports(kernel, m, N, M, L, has_col_info):
@@ -26,6 +29,8 @@ def supports(kernel, m, N, M, L, has_col_info):
         return L >= 4 and m <= 16
     if kernel in CLUSTER_DECODE:
         return L >= 4 and m <= CLUSTER_DECODE[kernel]
+    if kernel in STAGED_DECODE:
+        return L >= 4 and m <= 16 and M <= 512
     if kernel in TILED_M32:
         return L >= 16 and M <= 32
     if kernel in TILED:
@@ -69,8 +74,8 @@ def _check(m, n, k, N, M, L, has_col_info, sms, clusters=True):
     if m <= 2 and L >= 4:
         assert kernel in (CLUSTER_DECODE if clusters else {DECODE}), where
     elif m <= 16 and L >= 4:
-        assert kernel == DECODE, where
-    if kernel in CLUSTER_DECODE:
+        assert kernel in ({DECODE} | STAGED_DECODE if clusters else {DECODE}), where
+    if kernel in CLUSTER_DECODE or kernel in STAGED_DECODE:
         assert split_k in (1, 2, 4, 8), where  # the cluster size
     if kernel in PACKED:
         assert has_col_info, where
@@ -104,7 +109,7 @@ def test_heuristic_nonpositive_sm_count_means_default():
 
 def test_heuristic_decode_for_small_m():
     for m, L in itertools.product(range(1, 17), (4, 8, 16, 32, 64, 128)):
-        expect = CLUSTER_DECODE if m <= 2 else {DECODE}
+        expect = CLUSTER_DECODE if m <= 2 else {DECODE} | STAGED_DECODE
         assert plan(m, 4096, 4096, 2, 4, L, False)[0] in expect
         assert plan(m, 4096, 4096, 4, 32, L, True)[0] in expect
         # Without thread-block clusters (compute capability < 9.0): the split-K decode kernel.
@@ -123,6 +128,22 @@ def test_heuristic_cluster_decode_plan(shape):
     n, k, N = shape
     for m in (1, 2):
         assert plan(m, n, k, N, 32, 32, False) == CLUSTER_PICKS[shape]
+
+
+# (m, n, k, N) -> plan, measured best or within 2% of it on H100 (decode_sweep_staged.csv): the
+# staged decode kernel with the tile that gives about one block per SM, or the split-K decode
+# kernel where each staged warp would keep a long k-range.
+STAGED_PICKS = {(8, 4096, 4096, 4): (16, 8), (16, 4096, 4096, 8): (16, 8), (4, 1024, 4096, 16): (15, 8),
+                (16, 14336, 4096, 8): (17, 8), (8, 11008, 4096, 12): (17, 8), (16, 4096, 11008, 4): (16, 8),
+                (8, 4096, 14336, 16): (DECODE, 32), (4, 4096, 11008, 8): (DECODE, 32)}
+
+
+@pytest.mark.parametrize("point", list(STAGED_PICKS), ids=str)
+def test_heuristic_staged_decode_plan(point):
+    m, n, k, N = point
+    assert plan(m, n, k, N, 32, 32, False) == STAGED_PICKS[point]
+    # Without clusters: always the split-K decode kernel.
+    assert plan(m, n, k, N, 32, 32, False, clusters=False)[0] == DECODE
 
 
 def test_heuristic_generic_for_short_vectors():

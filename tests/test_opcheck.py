@@ -101,9 +101,10 @@ def test_opcheck_spmm_generic_pattern_with_grad(device):
 
 
 # One valid plan for every kernel id (valid on the GPU too: decode needs m <= 16 and L >= 4, the
-# cluster decode kernels m <= 2, the tiled and packed kernels L >= 16, the packed ones col_info).
+# cluster decode kernels m <= 2, the staged decode kernels m <= 16, the tiled and packed kernels
+# L >= 16, the packed ones col_info).
 PLANS = [(0, 1), (1, 1), (1, 4), (2, 1), (3, 2), (4, 1), (5, 2), (6, 1), (7, 2), (8, 1), (9, 1), (10, 2),
-         (11, 1), (12, 2), (13, 1), (14, 8)]
+         (11, 1), (12, 2), (13, 1), (14, 8), (15, 1), (16, 2), (17, 8)]
 
 
 @pytest.mark.parametrize("kernel,split_k", PLANS)
@@ -112,7 +113,7 @@ def test_opcheck_spmm_with_plan(kernel, split_k, device):
     _, _, values, indices = _weight(256, 128, N, M, L, torch.float32, device)
     cols, packed = ops.col_info(indices, N, M, L)
     bias = torch.randn(256, device=device)
-    rows = 2 if kernel >= 12 else 8  # the cluster decode kernels (12-14) take m <= 2
+    rows = 2 if 12 <= kernel <= 14 else 8  # the cluster decode kernels (12-14) take m <= 2
     for x in (torch.randn(rows, 128, device=device), torch.randn(2, rows // 2, 128, device=device)):
         opcheck(ops.spmm_with_plan, (x, values, indices, N, M, L, bias, cols, packed, kernel, split_k))
 

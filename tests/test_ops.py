@@ -453,7 +453,7 @@ def test_spmm_half_precision(case, dtype, device, nm):
     nm.assert_close_to_ref(y, ref, scale, **half_tol(dtype))
 
 
-@pytest.mark.parametrize("kernel,split_k", [(k, s) for k in range(12) for s in (1, 2)])
+@pytest.mark.parametrize("kernel,split_k", [(k, s) for k in range(18) if not 12 <= k <= 14 for s in (1, 2)])
 def test_spmm_with_plan_cpu_matches_spmm(kernel, split_k, nm):
     # On the CPU the plan is accepted and ignored (one reference implementation); the CUDA plans
     # are tested in test_cuda_kernels.py.

@@ -24,7 +24,7 @@ from kernel_check import NAMES, make  # noqa: E402
 ops = torch.ops.nmspmm
 SHAPES = [(4096, 4096), (11008, 4096), (4096, 11008), (1024, 4096), (14336, 4096), (4096, 14336),
           (2048, 2048), (8192, 2048), (2048, 8192), (512, 2048)]
-CLUSTER = {12: 2, 13: 2, 14: 2}  # kernel -> largest m
+CLUSTER = {12: 2, 13: 2, 14: 2, 15: 16, 16: 16, 17: 16}  # kernel -> largest m
 
 
 def graph_us(calls, reps=5):
@@ -59,6 +59,7 @@ def main():
     ap.add_argument("--ms", default="1,2,4,8,16")
     ap.add_argument("--patterns", default="16:32,12:32,8:32,4:32")
     ap.add_argument("--quick", action="store_true", help="first 3 shapes only")
+    ap.add_argument("--shapes", type=int, default=len(SHAPES), help="first this many shapes")
     args = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.manual_seed(0)
@@ -66,7 +67,7 @@ def main():
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     ms = [int(v) for v in args.ms.split(",")]
     rows, bad = [], 0
-    shapes = SHAPES[:3] if args.quick else SHAPES
+    shapes = SHAPES[:3] if args.quick else SHAPES[:args.shapes]
     for n, k in shapes:
         wd = torch.randn(n, k, device="cuda")
         dcopies = max(2, math.ceil(4 * l2 / (n * k * 4)))

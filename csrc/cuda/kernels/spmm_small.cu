@@ -345,6 +345,9 @@ cudaError_t launch_spmm(const SpmmParams& p, int kernel, cudaStream_t stream) {
     case kDecodeW4: case kDecodeW8: case kDecodeW16:
       err = launch_decode_cluster(p, cluster_decode_warps(kernel), stream);
       break;
+    case kDecodeStaged128: case kDecodeStaged256: case kDecodeStaged512:
+      err = launch_decode_staged(p, staged_decode_col_warps(kernel), stream);
+      break;
     case kTiled128x128: err = launch_nonpacked<128, 128, 16>(p, stream); break;
     case kTiled64x128: err = launch_nonpacked<64, 128, 8>(p, stream); break;
     case kTiled32x128: err = launch_nonpacked<32, 128, 4>(p, stream); break;

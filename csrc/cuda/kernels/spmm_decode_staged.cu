@@ -1,0 +1,281 @@
+// Staged decode SpMM for m <= 16 (built for 3..16) with split-K inside a thread-block cluster
+// (sm_90).
+//
+// At m = 8..16 and high sparsity the split-K decode kernel of spmm_small.cu stages as many bytes
+// of x per block (m rows of its k-range, for 128 output columns) as it streams of the weight, waits
+// for them before any weight load is issued, keeps 4 weight rows in flight per warp and reduces
+// its splits through a workspace and a second launch. This kernel changes the four:
+//  * a block of 8 warps covers BN = 128 x CW output columns (CW = 1, 2, 4 column warps, KW = 8 / CW
+//    warps along k), so one staged copy of x serves BN columns;
+//  * x is staged with cp.async in chunks of 512 columns, double-buffered, and each warp issues the
+//    index and weight loads of its first batch before it waits for the chunk;
+//  * a warp walks its rows in batches of 8, all 8 index and weight loads in flight before any math
+//    (as in the cluster decode kernels of spmm_decode_cluster.cu);
+//  * the block's KW partial sums are added in fixed order through shared memory, then the
+//    cluster's blocks (gridDim.y == cluster size, 1..8, splitting k) add theirs through distributed
+//    shared memory, each block writing a slice of the tile (+ bias). One launch, no workspace, no
+//    atomics: bitwise deterministic and CUDA-graph capturable.
+// Shared memory is 4 KiB x MR either way: two x buffers [2][MR][512] in the main loop, the partial
+// sums [KW][MR][CW x 32] (float4) after it.
+#include <cooperative_groups.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cp_async.cuh"
+#include "spmm_decode.h"
+
+namespace nmspmm {
+namespace kernels {
+
+namespace {
+
+constexpr int kStagedWarps = 8;    // warps per block
+constexpr int kStagedXCols = 512;  // x columns per staged chunk
+constexpr int kStagedBatch = 8;    // compressed rows per warp batch (MR <= 8; MR = 16: 4)
+
+template <int MR>
+constexpr int staged_smem_bytes() {
+  static_assert(2 * MR * kStagedXCols * 4 == kStagedWarps * MR * 32 * 16, "buffers share the space");
+  return 2 * MR * kStagedXCols * 4;
+}
+
+// The batch's index and weight loads, all issued before anything waits on them. Rows past u_end
+// re-read row u_end - 1 (always in bounds); the math counts them as zero.
+template <int D>
+__device__ __forceinline__ void load_batch(int (&idx)[D], float4 (&b)[D], const uint8_t* icol, int64_t q,
+                                           const float* vcol, int64_t n, int64_t ub, int64_t u_end) {
+#pragma unroll
+  for (int r = 0; r < D; ++r) {
+    const int64_t u = ub + r < u_end ? ub + r : u_end - 1;
+    idx[r] = __ldg(icol + u * q);
+    b[r] = __ldcs(reinterpret_cast<const float4*>(vcol + u * n));
+  }
+  // Keep the loads ahead of the math: the compiler would otherwise sink each to its use.
+  asm volatile("" ::: "memory");
+}
+
+// MR: rows of x the kernel is built for (m <= MR; rows m..MR-1 of the x buffers stay zero).
+// CW: column warps per block (BN = 128 x CW output columns).
+template <int MR, int CW>
+__global__ void __launch_bounds__(kStagedWarps * 32, 2) spmm_decode_staged_kernel(const SpmmParams p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  __trap();  // launch_decode_staged refuses devices without clusters; never reached
+#else
+  namespace cg = cooperative_groups;
+  constexpr int KW = kStagedWarps / CW;
+  constexpr int BN = 128 * CW;
+  constexpr int D = MR >= 16 ? kStagedBatch / 2 : kStagedBatch;
+  // MR = 16 (4-row batches, 128 registers) issues each row of the next batch as soon as the
+  // same row of this one is in registers; MR <= 8 issues whole batches (measured faster there).
+  constexpr bool kRolling = MR >= 16;
+  constexpr int XC = kStagedXCols;
+  constexpr int kThreads = kStagedWarps * 32;
+  extern __shared__ float4 smem[];
+  float* const xs = reinterpret_cast<float*>(smem);  // main loop: x chunks [2][MR][XC]
+  float4* const red = smem;                          // epilogue: partial sums [KW][MR][CW * 32]
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int cw = warp % CW, kw = warp / CW;
+  const int64_t n = p.n, m = p.m, ldx = p.ldx;
+  const int N = p.N, M = p.M;
+  const int64_t q = n / p.L;
+  const int64_t col = static_cast<int64_t>(blockIdx.x) * BN + cw * 128 + lane * 4;
+  // Lanes past n read the last 4 columns (in bounds) and write nothing.
+  const int64_t colc = col < n ? col : n - 4;
+  const float* const vcol = p.values + colc;
+  const uint8_t* const icol = p.indices + colc / p.L;
+
+  // This block's k-split: whole windows [g0, g1), staged in chunks of chunk_w windows.
+  const int64_t windows = p.k / M;
+  const int64_t g0 = windows * blockIdx.y / gridDim.y;
+  const int64_t g1 = windows * (blockIdx.y + 1) / gridDim.y;
+  const int chunk_w = XC / M;
+  const int64_t nchunks = (g1 - g0 + chunk_w - 1) / chunk_w;
+  // 16-byte copies of x when every chunk start is 16-byte aligned, else 4-byte ones.
+  const bool x_vec = reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && ldx % 4 == 0 && M % 4 == 0;
+
+  // Rows m..MR-1 of both buffers are zero for the whole main loop (never copied into).
+  for (int e = tid; e < 2 * (MR - static_cast<int>(m)) * XC; e += kThreads) {
+    const int per_buf = (MR - static_cast<int>(m)) * XC;
+    const int buf = e / per_buf, r = e - buf * per_buf;
+    xs[buf * MR * XC + static_cast<int>(m) * XC + r] = 0.f;
+  }
+
+  auto stage = [&](int64_t ci) {
+    const int64_t ga = g0 + ci * chunk_w;
+    const int64_t ge = ga + chunk_w < g1 ? ga + chunk_w : g1;
+    const int ncols = static_cast<int>((ge - ga) * M);
+    float* const dst = xs + (ci & 1) * MR * XC;
+    const float* const src = p.x + ga * M;
+    if (x_vec) {
+      const int per_row = ncols / 4;
+      for (int e = tid; e < static_cast<int>(m) * per_row; e += kThreads) {
+        const int i = e / per_row, c = (e - i * per_row) * 4;
+        cp_async_16(dst + i * XC + c, src + i * ldx + c, true);
+      }
+    } else {
+      for (int e = tid; e < static_cast<int>(m) * ncols; e += kThreads) {
+        const int i = e / ncols, c = e - i * ncols;
+        cp_async_4(dst + i * XC + c, src + i * ldx + c, true);
+      }
+    }
+  };
+
+  float acc[MR][4];
+#pragma unroll
+  for (int i = 0; i < MR; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) acc[i][j] = 0.f;
+
+  int idx[D];
+  float4 b[D];
+  if (nchunks > 0) stage(0);
+  cp_async_commit();
+  for (int64_t ci = 0; ci < nchunks; ++ci) {
+    if (ci + 1 < nchunks) stage(ci + 1);  // into the buffer the previous chunk used
+    cp_async_commit();
+    const int64_t ga = g0 + ci * chunk_w;
+    const int64_t u0 = ga * N;
+    const int64_t u_end = (ga + chunk_w < g1 ? ga + chunk_w : g1) * N;
+    int64_t ub = u0 + static_cast<int64_t>(kw) * D;
+    if (ub < u_end) load_batch<D>(idx, b, icol, q, vcol, n, ub, u_end);  // overlaps the x wait
+    cp_async_wait<1>();
+    __syncthreads();  // chunk ci is in its buffer for every warp
+    const float* const xc = xs + (ci & 1) * MR * XC;
+    while (ub < u_end) {
+      // Row ub is position s of window w of the chunk: x column w * M + index.
+      const int rel = static_cast<int>(ub - u0);
+      const int w = rel / N;
+      int s = rel - w * N, cbase = w * M;
+      const int64_t un = ub + static_cast<int64_t>(KW) * D;  // this warp's next batch
+#pragma unroll
+      for (int r = 0; r < D; ++r) {
+        const bool ok = ub + r < u_end;
+        const int c = ok ? cbase + idx[r] : 0;
+        const float4 br = ok ? b[r] : make_float4(0.f, 0.f, 0.f, 0.f);
+        if (++s == N) {
+          s = 0;
+          cbase += M;
+        }
+        if (kRolling && un < u_end) {  // row r of the next batch
+          const int64_t u = un + r < u_end ? un + r : u_end - 1;
+          idx[r] = __ldg(icol + u * q);
+          b[r] = __ldcs(reinterpret_cast<const float4*>(vcol + u * n));
+          asm volatile("" ::: "memory");
+        }
+#pragma unroll
+        for (int i = 0; i < MR; ++i) {
+          const float a = xc[i * XC + c];
+          acc[i][0] = fmaf(a, br.x, acc[i][0]);
+          acc[i][1] = fmaf(a, br.y, acc[i][1]);
+          acc[i][2] = fmaf(a, br.z, acc[i][2]);
+          acc[i][3] = fmaf(a, br.w, acc[i][3]);
+        }
+      }
+      ub = un;
+      if (!kRolling && ub < u_end) load_batch<D>(idx, b, icol, q, vcol, n, ub, u_end);
+    }
+    __syncthreads();  // every warp is done with buffer ci & 1 before chunk ci + 2 is copied into it
+  }
+  cp_async_wait<0>();  // (the last group is empty) nothing is in flight into the buffers
+
+  // Fixed-order reduction over the block's KW warps along k (into kw == 0's slots)...
+  constexpr int kTile = MR * CW * 32;  // float4 elements of the block's tile: [MR][CW * 32]
+#pragma unroll
+  for (int i = 0; i < MR; ++i)
+    red[kw * kTile + i * CW * 32 + cw * 32 + lane] = make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
+  __syncthreads();
+  for (int e = tid; e < kTile; e += kThreads) {
+    float4 t = red[e];
+#pragma unroll
+    for (int w = 1; w < KW; ++w) {
+      const float4 o = red[w * kTile + e];
+      t.x += o.x; t.y += o.y; t.z += o.z; t.w += o.w;
+    }
+    red[e] = t;
+  }
+  // ...then over the cluster's blocks, each block finishing a slice of the tile.
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();
+  const int cs = static_cast<int>(cluster.num_blocks());
+  const int slice = kTile / cs;  // cs is a power of two <= 8, kTile >= 128
+  const int rank = static_cast<int>(cluster.block_rank());
+  for (int t = tid; t < slice; t += kThreads) {
+    const int e = rank * slice + t;
+    float4 sum = *cluster.map_shared_rank(red + e, 0);
+    for (int j = 1; j < cs; ++j) {
+      const float4 o = *cluster.map_shared_rank(red + e, j);
+      sum.x += o.x; sum.y += o.y; sum.z += o.z; sum.w += o.w;
+    }
+    const int i = e / (CW * 32);
+    const int64_t c = static_cast<int64_t>(blockIdx.x) * BN + (e % (CW * 32)) * 4;
+    if (i < m && c < n) {
+      if (p.bias != nullptr) {
+        const float4 bb = *reinterpret_cast<const float4*>(p.bias + c);
+        sum.x += bb.x; sum.y += bb.y; sum.z += bb.z; sum.w += bb.w;
+      }
+      *reinterpret_cast<float4*>(p.y + i * n + c) = sum;
+    }
+  }
+  cluster.sync();  // no block leaves while another still reads its shared memory
+#endif
+}
+
+template <int MR, int CW>
+cudaError_t launch_one(const SpmmParams& p, cudaStream_t stream) {
+  // Raise the dynamic shared-memory limit once per device, never on the hot path.
+  constexpr int kMaxDevices = 64;
+  static bool configured[kMaxDevices] = {};
+  int dev = 0;
+  cudaError_t err = cudaGetDevice(&dev);
+  if (err != cudaSuccess) return err;
+  if (dev >= kMaxDevices) return cudaErrorInvalidDevice;
+  if (!configured[dev]) {
+    err = cudaFuncSetAttribute(spmm_decode_staged_kernel<MR, CW>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               staged_smem_bytes<MR>());
+    if (err != cudaSuccess) return err;
+    configured[dev] = true;
+  }
+  const int64_t tiles = (p.n + 128 * CW - 1) / (128 * CW);
+  if (tiles > 0x7fffffff) return cudaErrorInvalidConfiguration;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(p.split_k), 1);
+  cfg.blockDim = dim3(kStagedWarps * 32, 1, 1);
+  cfg.dynamicSmemBytes = staged_smem_bytes<MR>();
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = 1;
+  attr[0].val.clusterDim.y = static_cast<unsigned>(p.split_k);
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, spmm_decode_staged_kernel<MR, CW>, p);
+}
+
+template <int CW>
+cudaError_t launch_rows(const SpmmParams& p, cudaStream_t stream) {
+  if (p.m <= 4) return launch_one<4, CW>(p, stream);
+  if (p.m <= 8) return launch_one<8, CW>(p, stream);
+  return launch_one<16, CW>(p, stream);
+}
+
+}  // namespace
+
+cudaError_t launch_decode_staged(const SpmmParams& p, int col_warps, cudaStream_t stream) {
+  if (p.m < 1 || p.m > 16 || p.L < 4 || p.n % 4 != 0 || p.M > kStagedXCols) return cudaErrorInvalidValue;
+  if (p.split_k != 1 && p.split_k != 2 && p.split_k != 4 && p.split_k != 8) return cudaErrorInvalidValue;
+  if (reinterpret_cast<uintptr_t>(p.values) % 16 != 0 || reinterpret_cast<uintptr_t>(p.y) % 16 != 0 ||
+      (p.bias != nullptr && reinterpret_cast<uintptr_t>(p.bias) % 16 != 0))
+    return cudaErrorMisalignedAddress;
+  switch (col_warps) {
+    case 1: return launch_rows<1>(p, stream);
+    case 2: return launch_rows<2>(p, stream);
+    case 4: return launch_rows<4>(p, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace kernels
+}  // namespace nmspmm
