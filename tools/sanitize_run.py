@@ -7,16 +7,19 @@ import nmspmm
 ops = torch.ops.nmspmm
 torch.manual_seed(0)
 cases = [(1, 160, 96, 2, 4, 16), (2, 320, 224, 4, 32, 32), (5, 256, 192, 8, 32, 32), (17, 384, 320, 4, 32, 128),
-         (67, 192, 128, 12, 32, 64), (130, 320, 256, 16, 64, 32), (33, 96, 64, 1, 4, 1)]
+         (67, 192, 128, 12, 32, 64), (130, 320, 256, 16, 64, 32), (33, 96, 64, 1, 4, 1),
+         (9, 256, 1536, 4, 32, 32)]  # the last: several staged x chunks per block (staged decode)
 for (m, n, k, N, M, L) in cases:
     w = torch.randn(n, k, device="cuda")
     p = nmspmm.compress(w, N, M, L)
     x = torch.randn(m, k, device="cuda")
     ref = x.double() @ nmspmm.decompress(p).double().t()
-    for kernel in range(15):
+    for kernel in range(18):
         if kernel == 1 and (m > 16 or L < 4):
             continue
-        if kernel >= 12 and (m > 2 or L < 4):  # cluster decode
+        if 12 <= kernel <= 14 and (m > 2 or L < 4):  # cluster decode
+            continue
+        if kernel >= 15 and (m > 16 or L < 4):  # staged decode
             continue
         if 2 <= kernel < 12 and L < 16:
             continue
