@@ -12,7 +12,7 @@ namespace nmspmm {
 
 enum KernelId : int {
   kGeneric = 0,         // any pattern: one thread per output element, per-column gather
-  kDecode = 1,          // m <= 16: streams the compressed weight, split over k
+  kDecode = 1,          // m <= 16, any GPU: streams the compressed weight, split over k (workspace)
   kTiled128x128 = 2,    // non-packing: the whole A k-slab in shared memory
   kTiled64x128 = 3,
   kTiled32x128 = 4,

@@ -1,5 +1,5 @@
-// Staged decode SpMM for m <= 16 (built for 3..16) with split-K inside a thread-block cluster
-// (sm_90).
+// Staged decode SpMM for m <= 16 (the heuristic takes it for 3..16) with split-K inside a
+// thread-block cluster (sm_90).
 //
 // At m = 8..16 and high sparsity the split-K decode kernel of spmm_small.cu stages as many bytes
 // of x per block (m rows of its k-range, for 128 output columns) as it streams of the weight, waits
@@ -9,8 +9,10 @@
 //    warps along k), so one staged copy of x serves BN columns;
 //  * x is staged with cp.async in chunks of 512 columns, double-buffered, and each warp issues the
 //    index and weight loads of its first batch before it waits for the chunk;
-//  * a warp walks its rows in batches of 8, all 8 index and weight loads in flight before any math
-//    (as in the cluster decode kernels of spmm_decode_cluster.cu);
+//  * a warp walks its rows in batches of 8 (MR <= 8), all 8 index and weight loads in flight before
+//    any math (as in the cluster decode kernels of spmm_decode_cluster.cu), or (MR = 16, whose 64
+//    accumulators leave room for 4-row batches at 128 registers) with rolling prefetch: row r of
+//    the next batch is issued as soon as row r of this one is in registers;
 //  * the block's KW partial sums are added in fixed order through shared memory, then the
 //    cluster's blocks (gridDim.y == cluster size, 1..8, splitting k) add theirs through distributed
 //    shared memory, each block writing a slice of the tile (+ bias). One launch, no workspace, no

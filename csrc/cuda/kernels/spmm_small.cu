@@ -1,6 +1,7 @@
 // SpMM kernels outside the tiled family, and the launcher that dispatches a KernelId:
 //  * decode (m <= 16; on sm_90 the heuristic takes the cluster decode kernels of
-//    spmm_decode_cluster.cu for m <= 2): memory-bound; streams the compressed weight once with
+//    spmm_decode_cluster.cu for m <= 2 and the staged ones of spmm_decode_staged.cu for most of
+//    3..16): memory-bound; streams the compressed weight once with
 //    16-byte loads (for m in 5..8 a warp's batch of 16 rows all in flight before its math), the
 //    k dimension split over blocks (and over the warps of a block), x staged in shared memory;
 //  * generic: any pattern (L = 1, 2, ...): one thread per output column and 4 rows;
