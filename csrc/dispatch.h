@@ -24,11 +24,11 @@ enum KernelId : int {
   kTiled256x128 = 10,   //                           256x128 (16x8)
   kTiled128x128w8 = 11, //                           128x128 (8x8)
   kDecodeW4 = 12,       // m <= 2, sm_90: k split over the W = 4, 8, 16 warps of a block and
-  kDecodeW8 = 13,       // over the split_k (1, 2, 4, 8) blocks of a thread-block cluster,
+  kDecodeW8 = 13,       // over the split_k (1..8) blocks of a thread-block cluster,
   kDecodeW16 = 14,      // reduced through distributed shared memory (no workspace, one launch)
   kDecodeStaged128 = 15,  // m <= 16, sm_90: 8 warps per block over 128 / 256 / 512 output columns
   kDecodeStaged256 = 16,  // sharing one cp.async-staged copy of x, k split over the block's warps
-  kDecodeStaged512 = 17,  // and the split_k (1, 2, 4, 8) blocks of a cluster, reduced on chip
+  kDecodeStaged512 = 17,  // and the split_k (1..8) blocks of a cluster, reduced on chip
   kNumKernels = 18,
 };
 
@@ -178,26 +178,38 @@ inline Plan choose_cluster_decode(int64_t n, int64_t k, int64_t N, int64_t M, in
   return {kDecodeW16, 8};
 }
 
-// Decode (3 <= m <= 16) on sm_90: the staged decode kernel, or {-1, 0} where the split-K decode
-// kernel (1) is faster. Cluster of S = 8 blocks along k (fewer if k has fewer windows), and the
-// widest column tile (512, 256, 128: 4, 2, 1 column warps of the 8) whose grid still has about one
-// block per SM. Taken where each warp keeps a short k-range: the block's k-split fits one staged
-// x chunk (k / S <= 512), or each warp's share of compressed rows is at most 112 (m in 5..8) or
-// 56 (else). Longer ranges stream faster through the split-K kernel, whose 4x more blocks keep
-// more loads in flight. Fitted to tools/decode_sweep.py on H100 (m = 4, 8, 16; 6 Llama shapes x 4
-// sparsities, benchmarks/results/h100/decode_sweep_staged.csv).
+// Decode (3 <= m <= 16) on sm_90: the staged decode kernel, or {-1, 0} where it cannot run (M >
+// 512). Picks the tile (512, 256, 128 columns: 4, 2, 1 column warps of the 8) and the cluster size
+// S in 1..8 (k split over S blocks, at most one per window) with the most blocks that stay within
+// 1.7 blocks per SM, the widest tile on a tie. Registers allow 2 blocks per SM, but a cluster must
+// fit inside one GPC: on H100 (132 SMs) at most 30 clusters of 8 are resident at once, so a grid of
+// 32 clusters of 8 (4096 columns in 128-column tiles) runs a second wave while 32 clusters of 7
+// (224 blocks) run in one; ncu of 16 clusters of 8 on 2-block SMs shows the SMs active 64% of the
+// kernel's cycles (benchmarks/results/h100/experiments/ncu_s10_*). On the session-10 sweep
+// (tools/decode_sweep.py, 6 Llama shapes x 4 sparsities x m = 4, 8, 16, cluster sizes 1..8,
+// benchmarks/results/h100/experiments/s10_decode_sweep_cluster_sizes.csv) the pick is 0.4 / 0.1 /
+// 0.0% above the best plan on geomean at m = 4 / 8 / 16 (worst point 1.03x); the session-9 rule
+// (S = 8, about one block per SM, the split-K kernel on long k-ranges) was 4.0 / 11.0 / 13.2% above.
 inline Plan choose_staged_decode(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, int num_sms) {
+  (void)N;
   if (m < 3 || m > 16 || M > 512) return {-1, 0};
   const int64_t windows = k / M;
-  int S = 8;
-  while (S > 1 && windows < S) S /= 2;
-  int cw = 4;
-  while (cw > 1 && 10 * static_cast<int64_t>(ceil_div_i(n, 128 * cw)) * S < 9 * static_cast<int64_t>(num_sms)) cw /= 2;
-  const int64_t rows_per_warp = windows * N / (static_cast<int64_t>(S) * (8 / cw));
-  const int64_t max_rows = (m >= 5 && m <= 8) ? 112 : 56;
-  if (k / S > 512 && rows_per_warp > max_rows) return {-1, 0};
-  const int kernel = cw == 4 ? kDecodeStaged512 : cw == 2 ? kDecodeStaged256 : kDecodeStaged128;
-  return {kernel, S};
+  const int64_t max_split = windows < 1 ? 1 : windows < 8 ? windows : 8;
+  const int64_t cap = static_cast<int64_t>(num_sms) * 17 / 10;  // blocks
+  int best_cw = 4, best_split = 1;
+  int64_t best_blocks = 0;
+  for (int cw = 4; cw >= 1; cw /= 2) {
+    const int64_t tiles = ceil_div_i(n, 128 * cw);
+    int64_t split = max_split;
+    while (split > 1 && tiles * split > cap) --split;
+    if (tiles * split <= cap && tiles * split > best_blocks) {
+      best_blocks = tiles * split;
+      best_cw = cw;
+      best_split = static_cast<int>(split);
+    }
+  }
+  const int kernel = best_cw == 4 ? kDecodeStaged512 : best_cw == 2 ? kDecodeStaged256 : kDecodeStaged128;
+  return {kernel, best_split};
 }
 
 // clusters: the device has thread-block clusters (compute capability >= 9.0).

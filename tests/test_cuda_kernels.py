@@ -208,6 +208,9 @@ def _plan_cases():
 
     for kernel, (N, M), m in itertools.product(range(NUM_KERNELS), PATTERNS_ALL, MS):
         add(kernel, N, M, 32, m, (1, 2, 8) if kernel in CLUSTER else (1, 2, 4))
+    # Cluster sizes that are not powers of two: the last rank reduces a shorter slice of the tile.
+    for kernel, (N, M), m in itertools.product(CLUSTER, PATTERNS, MS):
+        add(kernel, N, M, 32, m, (3, 5, 6, 7))
     # Tiled split-K that is not a power of two (3), and more splits than k-blocks (8, 16: empty
     # splits), with 17 and 255 rows.
     for kernel, (N, M), m in itertools.product(TILED + PACKED, PATTERNS, (17, 255)):

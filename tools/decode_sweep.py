@@ -58,6 +58,7 @@ def main():
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--ms", default="1,2,4,8,16")
     ap.add_argument("--patterns", default="16:32,12:32,8:32,4:32")
+    ap.add_argument("--splits", default="1,2,3,4,5,6,7,8", help="cluster sizes of the cluster kernels")
     ap.add_argument("--quick", action="store_true", help="first 3 shapes only")
     ap.add_argument("--shapes", type=int, default=len(SHAPES), help="first this many shapes")
     args = ap.parse_args()
@@ -66,6 +67,7 @@ def main():
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     ms = [int(v) for v in args.ms.split(",")]
+    splits = [int(v) for v in args.splits.split(",")]
     rows, bad = [], 0
     shapes = SHAPES[:3] if args.quick else SHAPES[:args.shapes]
     for n, k in shapes:
@@ -87,7 +89,7 @@ def main():
                                     for i in range(ncalls)])
                 old = tuple(ops.spmm_heuristic(m, n, k, N, M, 32, True, sms, False))
                 heur = tuple(ops.spmm_heuristic(m, n, k, N, M, 32, True, sms))
-                plans = [old] + [(kern, cs) for kern, mmax in CLUSTER.items() if m <= mmax for cs in (1, 2, 4, 8)]
+                plans = [old] + [(kern, cs) for kern, mmax in CLUSTER.items() if m <= mmax for cs in splits]
                 res = {}
                 for kern, split in plans:
                     def call(q, kern=kern, split=split):

@@ -6,12 +6,12 @@
 namespace nmspmm {
 namespace kernels {
 
-// m <= 2, L >= 4: `warps` warps per block (4, 8 or 16) and p.split_k blocks per cluster (1, 2, 4
-// or 8) splitting k. Needs compute capability 9.0 (thread-block clusters).
+// m <= 2, L >= 4: `warps` warps per block (4, 8 or 16) and p.split_k blocks per cluster (1..8)
+// splitting k. Needs compute capability 9.0 (thread-block clusters).
 cudaError_t launch_decode_cluster(const SpmmParams& p, int warps, cudaStream_t stream);
 
 // m <= 16, L >= 4, M <= 512 (spmm_decode_staged.cu): 8 warps per block over 128 x `col_warps`
-// (1, 2 or 4) output columns, p.split_k blocks per cluster (1, 2, 4 or 8) splitting k. Needs
+// (1, 2 or 4) output columns, p.split_k blocks per cluster (1..8) splitting k. Needs
 // compute capability 9.0.
 cudaError_t launch_decode_staged(const SpmmParams& p, int col_warps, cudaStream_t stream);
 

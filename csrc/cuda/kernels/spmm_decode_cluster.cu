@@ -118,9 +118,9 @@ __global__ void __launch_bounds__(W * 32) spmm_decode_cluster_kernel(const SpmmP
   cg::cluster_group cluster = cg::this_cluster();
   cluster.sync();
   const int cs = static_cast<int>(cluster.num_blocks());
-  const int slice = MR * 32 / cs;  // cs is a power of two <= 8, MR * 32 >= 32
+  const int slice = (MR * 32 + cs - 1) / cs;  // cs in 1..8: the last rank's slice may be short
   const int rank = static_cast<int>(cluster.block_rank());
-  for (int t = tid; t < slice; t += W * 32) {
+  for (int t = tid; t < slice && rank * slice + t < MR * 32; t += W * 32) {
     const int e = rank * slice + t;
     float4 sum = *cluster.map_shared_rank(red + e, 0);
     for (int j = 1; j < cs; ++j) {
@@ -174,7 +174,7 @@ cudaError_t launch_warps(const SpmmParams& p, int warps, cudaStream_t stream) {
 
 cudaError_t launch_decode_cluster(const SpmmParams& p, int warps, cudaStream_t stream) {
   if (p.m < 1 || p.m > 2 || p.L < 4 || p.n % 4 != 0) return cudaErrorInvalidValue;
-  if (p.split_k != 1 && p.split_k != 2 && p.split_k != 4 && p.split_k != 8) return cudaErrorInvalidValue;
+  if (p.split_k < 1 || p.split_k > 8) return cudaErrorInvalidValue;  // the cluster size
   if (reinterpret_cast<uintptr_t>(p.values) % 16 != 0 || reinterpret_cast<uintptr_t>(p.y) % 16 != 0 ||
       (p.bias != nullptr && reinterpret_cast<uintptr_t>(p.bias) % 16 != 0))
     return cudaErrorMisalignedAddress;

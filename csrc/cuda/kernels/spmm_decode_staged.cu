@@ -201,9 +201,9 @@ __global__ void __launch_bounds__(kStagedWarps * 32, 2) spmm_decode_staged_kerne
   cg::cluster_group cluster = cg::this_cluster();
   cluster.sync();
   const int cs = static_cast<int>(cluster.num_blocks());
-  const int slice = kTile / cs;  // cs is a power of two <= 8, kTile >= 128
+  const int slice = (kTile + cs - 1) / cs;  // cs in 1..8: the last rank's slice may be short
   const int rank = static_cast<int>(cluster.block_rank());
-  for (int t = tid; t < slice; t += kThreads) {
+  for (int t = tid; t < slice && rank * slice + t < kTile; t += kThreads) {
     const int e = rank * slice + t;
     float4 sum = *cluster.map_shared_rank(red + e, 0);
     for (int j = 1; j < cs; ++j) {
@@ -267,7 +267,7 @@ cudaError_t launch_rows(const SpmmParams& p, cudaStream_t stream) {
 
 cudaError_t launch_decode_staged(const SpmmParams& p, int col_warps, cudaStream_t stream) {
   if (p.m < 1 || p.m > 16 || p.L < 4 || p.n % 4 != 0 || p.M > kStagedXCols) return cudaErrorInvalidValue;
-  if (p.split_k != 1 && p.split_k != 2 && p.split_k != 4 && p.split_k != 8) return cudaErrorInvalidValue;
+  if (p.split_k < 1 || p.split_k > 8) return cudaErrorInvalidValue;  // the cluster size
   if (reinterpret_cast<uintptr_t>(p.values) % 16 != 0 || reinterpret_cast<uintptr_t>(p.y) % 16 != 0 ||
       (p.bias != nullptr && reinterpret_cast<uintptr_t>(p.bias) % 16 != 0))
     return cudaErrorMisalignedAddress;
