@@ -14,11 +14,11 @@
 //    CUDA-graph capturable.
 // For m >= 3 the x gather becomes the bottleneck (measured: slower than the split-K decode kernel
 // of spmm_small.cu, with or without staging x in shared memory), so these kernels stop at m = 2.
-#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
+#include "cluster_reduce.cuh"
 #include "spmm_decode.h"
 
 namespace nmspmm {
@@ -35,7 +35,6 @@ __global__ void __launch_bounds__(W * 32) spmm_decode_cluster_kernel(const SpmmP
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
   __trap();  // launch_decode_cluster refuses devices without clusters; never reached
 #else
-  namespace cg = cooperative_groups;
   constexpr int R = kBatchRows;
   __shared__ float4 red[W * MR * 32];  // per-warp partial sums [W][MR][32 lanes] (a lane's 4 columns)
 
@@ -100,44 +99,14 @@ __global__ void __launch_bounds__(W * 32) spmm_decode_cluster_kernel(const SpmmP
     }
   }
 
-  // Fixed-order reduction over the block's warps (into warp 0's slots)...
+  // Fixed-order reduction over the block's warps, then over the cluster's blocks, each block
+  // finishing a slice of the tile (+ bias).
 #pragma unroll
   for (int i = 0; i < MR; ++i)
     red[(warp * MR + i) * 32 + lane] = make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
-  __syncthreads();
-  for (int e = tid; e < MR * 32; e += W * 32) {
-    float4 t = red[e];
-#pragma unroll
-    for (int w = 1; w < W; ++w) {
-      const float4 o = red[w * MR * 32 + e];
-      t.x += o.x; t.y += o.y; t.z += o.z; t.w += o.w;
-    }
-    red[e] = t;
-  }
-  // ...then over the cluster's blocks, each block finishing a slice of the tile.
-  cg::cluster_group cluster = cg::this_cluster();
-  cluster.sync();
-  const int cs = static_cast<int>(cluster.num_blocks());
-  const int slice = (MR * 32 + cs - 1) / cs;  // cs in 1..8: the last rank's slice may be short
-  const int rank = static_cast<int>(cluster.block_rank());
-  for (int t = tid; t < slice && rank * slice + t < MR * 32; t += W * 32) {
-    const int e = rank * slice + t;
-    float4 sum = *cluster.map_shared_rank(red + e, 0);
-    for (int j = 1; j < cs; ++j) {
-      const float4 o = *cluster.map_shared_rank(red + e, j);
-      sum.x += o.x; sum.y += o.y; sum.z += o.z; sum.w += o.w;
-    }
-    const int i = e / 32;
-    const int64_t c = static_cast<int64_t>(blockIdx.x) * kClusterCols + (e % 32) * 4;
-    if (i < m && c < n) {
-      if (p.bias != nullptr) {
-        const float4 bb = *reinterpret_cast<const float4*>(p.bias + c);
-        sum.x += bb.x; sum.y += bb.y; sum.z += bb.z; sum.w += bb.w;
-      }
-      *reinterpret_cast<float4*>(p.y + i * n + c) = sum;
-    }
-  }
-  cluster.sync();  // no block leaves while another still reads its shared memory
+  reduce_over_block_and_cluster<W>(red, MR * 32, tid, W * 32, [&](int e, float4 sum) {
+    store_output4(p, e / 32, static_cast<int64_t>(blockIdx.x) * kClusterCols + (e % 32) * 4, sum);
+  });
 #endif
 }
 

@@ -19,12 +19,13 @@
 //    atomics: bitwise deterministic and CUDA-graph capturable.
 // Shared memory is 4 KiB x MR either way: two x buffers [2][MR][512] in the main loop, the partial
 // sums [KW][MR][CW x 32] (float4) after it.
-#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
 #include "cp_async.cuh"
+#include "cluster_reduce.cuh"
+#include "smem_limit.h"
 #include "spmm_decode.h"
 
 namespace nmspmm {
@@ -64,7 +65,6 @@ __global__ void __launch_bounds__(kStagedWarps * 32, 2) spmm_decode_staged_kerne
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
   __trap();  // launch_decode_staged refuses devices without clusters; never reached
 #else
-  namespace cg = cooperative_groups;
   constexpr int KW = kStagedWarps / CW;
   constexpr int BN = 128 * CW;
   constexpr int D = MR >= 16 ? kStagedBatch / 2 : kStagedBatch;
@@ -182,63 +182,23 @@ __global__ void __launch_bounds__(kStagedWarps * 32, 2) spmm_decode_staged_kerne
   }
   cp_async_wait<0>();  // (the last group is empty) nothing is in flight into the buffers
 
-  // Fixed-order reduction over the block's KW warps along k (into kw == 0's slots)...
+  // Fixed-order reduction over the block's KW warps along k, then over the cluster's blocks, each
+  // block finishing a slice of the tile (+ bias).
   constexpr int kTile = MR * CW * 32;  // float4 elements of the block's tile: [MR][CW * 32]
 #pragma unroll
   for (int i = 0; i < MR; ++i)
     red[kw * kTile + i * CW * 32 + cw * 32 + lane] = make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
-  __syncthreads();
-  for (int e = tid; e < kTile; e += kThreads) {
-    float4 t = red[e];
-#pragma unroll
-    for (int w = 1; w < KW; ++w) {
-      const float4 o = red[w * kTile + e];
-      t.x += o.x; t.y += o.y; t.z += o.z; t.w += o.w;
-    }
-    red[e] = t;
-  }
-  // ...then over the cluster's blocks, each block finishing a slice of the tile.
-  cg::cluster_group cluster = cg::this_cluster();
-  cluster.sync();
-  const int cs = static_cast<int>(cluster.num_blocks());
-  const int slice = (kTile + cs - 1) / cs;  // cs in 1..8: the last rank's slice may be short
-  const int rank = static_cast<int>(cluster.block_rank());
-  for (int t = tid; t < slice && rank * slice + t < kTile; t += kThreads) {
-    const int e = rank * slice + t;
-    float4 sum = *cluster.map_shared_rank(red + e, 0);
-    for (int j = 1; j < cs; ++j) {
-      const float4 o = *cluster.map_shared_rank(red + e, j);
-      sum.x += o.x; sum.y += o.y; sum.z += o.z; sum.w += o.w;
-    }
-    const int i = e / (CW * 32);
-    const int64_t c = static_cast<int64_t>(blockIdx.x) * BN + (e % (CW * 32)) * 4;
-    if (i < m && c < n) {
-      if (p.bias != nullptr) {
-        const float4 bb = *reinterpret_cast<const float4*>(p.bias + c);
-        sum.x += bb.x; sum.y += bb.y; sum.z += bb.z; sum.w += bb.w;
-      }
-      *reinterpret_cast<float4*>(p.y + i * n + c) = sum;
-    }
-  }
-  cluster.sync();  // no block leaves while another still reads its shared memory
+  reduce_over_block_and_cluster<KW>(red, kTile, tid, kThreads, [&](int e, float4 sum) {
+    store_output4(p, e / (CW * 32), static_cast<int64_t>(blockIdx.x) * BN + (e % (CW * 32)) * 4, sum);
+  });
 #endif
 }
 
 template <int MR, int CW>
 cudaError_t launch_one(const SpmmParams& p, cudaStream_t stream) {
-  // Raise the dynamic shared-memory limit once per device, never on the hot path.
-  constexpr int kMaxDevices = 64;
   static bool configured[kMaxDevices] = {};
-  int dev = 0;
-  cudaError_t err = cudaGetDevice(&dev);
+  const cudaError_t err = set_smem_limit_once(configured, spmm_decode_staged_kernel<MR, CW>, staged_smem_bytes<MR>());
   if (err != cudaSuccess) return err;
-  if (dev >= kMaxDevices) return cudaErrorInvalidDevice;
-  if (!configured[dev]) {
-    err = cudaFuncSetAttribute(spmm_decode_staged_kernel<MR, CW>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               staged_smem_bytes<MR>());
-    if (err != cudaSuccess) return err;
-    configured[dev] = true;
-  }
   const int64_t tiles = (p.n + 128 * CW - 1) / (128 * CW);
   if (tiles > 0x7fffffff) return cudaErrorInvalidConfiguration;
   cudaLaunchConfig_t cfg = {};

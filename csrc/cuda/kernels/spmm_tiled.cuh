@@ -35,6 +35,7 @@
 #include "../../pattern.h"
 #include "cp_async.cuh"
 #include "launch_overlap.cuh"
+#include "smem_limit.h"
 #include "spmm.h"
 #include "spmm_tiled.h"
 
@@ -537,19 +538,10 @@ inline size_t tiled_smem_bytes(int wb, bool cluster_reduce) {
 
 template <class C>
 cudaError_t launch_tiled(const SpmmParams& p, cudaStream_t stream) {
-  // Raise the dynamic shared-memory limit once per device, never on the hot path.
-  constexpr int kMaxDevices = 64;
   static bool configured[kMaxDevices] = {};
-  int dev = 0;
-  cudaError_t err = cudaGetDevice(&dev);
+  const cudaError_t err =
+      set_smem_limit_once(configured, spmm_tiled_kernel<C>, static_cast<int>(tiled_smem_bytes<C>(C::KB, true)));
   if (err != cudaSuccess) return err;
-  if (dev >= kMaxDevices) return cudaErrorInvalidDevice;
-  if (!configured[dev]) {
-    err = cudaFuncSetAttribute(spmm_tiled_kernel<C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(tiled_smem_bytes<C>(C::KB, true)));
-    if (err != cudaSuccess) return err;
-    configured[dev] = true;
-  }
   const int wb = C::KB / p.M * p.N;
   if (C::FIXED && (wb != C::WB || p.L < 32)) return cudaErrorInvalidValue;
   const int qt = p.L >= C::BN ? 1 : C::BN / p.L;

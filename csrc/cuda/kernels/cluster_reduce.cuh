@@ -1,0 +1,69 @@
+// The epilogue shared by the decode kernels that split k over the warps of a block and over the
+// blocks of a thread-block cluster (sm_90; spmm_decode_cluster.cu, spmm_decode_staged.cu).
+//
+// Each of the block's KW k-warps has written its partial tile (E float4) to red[w * E, (w + 1) * E)
+// of shared memory. reduce_over_block_and_cluster adds them in warp order into red[0, E), then
+// rank r of the cluster (cs blocks) adds slice r of every block's red[0, E) in rank order through
+// distributed shared memory and hands each sum to store(e, sum), e = the element of the tile. The
+// order of every addition is fixed: bitwise deterministic, no atomics, no workspace.
+//
+// Two cluster barriers: before the reads of the other blocks' shared memory, and before exit (no
+// block may leave while another still reads its shared memory). Replacing them with a push of the
+// slices into the owners' shared memory and an mbarrier per owner measured no faster
+// (experiments/s11_cluster_push_ab.txt).
+#pragma once
+#include <cooperative_groups.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "spmm.h"
+
+namespace nmspmm {
+namespace kernels {
+
+template <int KW, class Store>
+__device__ __forceinline__ void reduce_over_block_and_cluster(float4* red, int elems, int tid, int nthreads,
+                                                              Store&& store) {
+  namespace cg = cooperative_groups;
+  __syncthreads();
+  for (int e = tid; e < elems; e += nthreads) {
+    float4 t = red[e];
+#pragma unroll
+    for (int w = 1; w < KW; ++w) {
+      const float4 o = red[w * elems + e];
+      t.x += o.x; t.y += o.y; t.z += o.z; t.w += o.w;
+    }
+    red[e] = t;
+  }
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();
+  const int cs = static_cast<int>(cluster.num_blocks());
+  const int slice = (elems + cs - 1) / cs;  // cs in 1..8: the last rank's slice may be short
+  const int rank = static_cast<int>(cluster.block_rank());
+  for (int t = tid; t < slice && rank * slice + t < elems; t += nthreads) {
+    const int e = rank * slice + t;
+    float4 sum = *cluster.map_shared_rank(red + e, 0);
+    for (int j = 1; j < cs; ++j) {
+      const float4 o = *cluster.map_shared_rank(red + e, j);
+      sum.x += o.x; sum.y += o.y; sum.z += o.z; sum.w += o.w;
+    }
+    store(e, sum);
+  }
+  cluster.sync();  // no block leaves while another still reads its shared memory
+}
+
+// y[i, c .. c + 3] = v (+ bias[c .. c + 3]) where i < m and c < n (n % 4 == 0, y and bias 16-byte
+// aligned: the launchers check).
+__device__ __forceinline__ void store_output4(const SpmmParams& p, int64_t i, int64_t c, float4 v) {
+  if (i < p.m && c < p.n) {
+    if (p.bias != nullptr) {
+      const float4 bb = *reinterpret_cast<const float4*>(p.bias + c);
+      v.x += bb.x; v.y += bb.y; v.z += bb.z; v.w += bb.w;
+    }
+    *reinterpret_cast<float4*>(p.y + i * p.n + c) = v;
+  }
+}
+
+}  // namespace kernels
+}  // namespace nmspmm
