@@ -1,4 +1,4 @@
-// The epilogue shared by the decode kernels that split k over the warps of a block and over the
+// The launch and the epilogue shared by the decode kernels that split k over the warps of a block and over the
 // blocks of a thread-block cluster (sm_90; spmm_decode_cluster.cu, spmm_decode_staged.cu).
 //
 // Each of the block's KW k-warps has written its partial tile (E float4) to red[w * E, (w + 1) * E)
@@ -51,6 +51,27 @@ __device__ __forceinline__ void reduce_over_block_and_cluster(float4* red, int e
     store(e, sum);
   }
   cluster.sync();  // no block leaves while another still reads its shared memory
+}
+
+// Launches kernel(p) on a grid of (tiles, split_k) blocks in which the split_k blocks of a column
+// tile form one thread-block cluster (split_k in 1..8: the launchers check).
+template <class Kernel>
+inline cudaError_t launch_split_k_clusters(Kernel kernel, const SpmmParams& p, int64_t tiles, int threads,
+                                           size_t smem_bytes, cudaStream_t stream) {
+  if (tiles > 0x7fffffff) return cudaErrorInvalidConfiguration;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(p.split_k), 1);
+  cfg.blockDim = dim3(static_cast<unsigned>(threads), 1, 1);
+  cfg.dynamicSmemBytes = smem_bytes;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = 1;
+  attr[0].val.clusterDim.y = static_cast<unsigned>(p.split_k);
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, kernel, p);
 }
 
 // y[i, c .. c + 3] = v (+ bias[c .. c + 3]) where i < m and c < n (n % 4 == 0, y and bias 16-byte

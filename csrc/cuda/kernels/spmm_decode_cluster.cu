@@ -112,21 +112,8 @@ __global__ void __launch_bounds__(W * 32) spmm_decode_cluster_kernel(const SpmmP
 
 template <int MR, int W>
 cudaError_t launch_one(const SpmmParams& p, cudaStream_t stream) {
-  const int64_t blocks_n = (p.n + kClusterCols - 1) / kClusterCols;
-  if (blocks_n > 0x7fffffff) return cudaErrorInvalidConfiguration;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(blocks_n), static_cast<unsigned>(p.split_k), 1);
-  cfg.blockDim = dim3(W * 32, 1, 1);
-  cfg.dynamicSmemBytes = 0;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = 1;
-  attr[0].val.clusterDim.y = static_cast<unsigned>(p.split_k);
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  return cudaLaunchKernelEx(&cfg, spmm_decode_cluster_kernel<MR, W>, p);
+  return launch_split_k_clusters(spmm_decode_cluster_kernel<MR, W>, p, (p.n + kClusterCols - 1) / kClusterCols,
+                                 W * 32, 0, stream);
 }
 
 template <int MR>

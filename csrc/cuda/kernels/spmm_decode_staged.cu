@@ -199,21 +199,8 @@ cudaError_t launch_one(const SpmmParams& p, cudaStream_t stream) {
   static bool configured[kMaxDevices] = {};
   const cudaError_t err = set_smem_limit_once(configured, spmm_decode_staged_kernel<MR, CW>, staged_smem_bytes<MR>());
   if (err != cudaSuccess) return err;
-  const int64_t tiles = (p.n + 128 * CW - 1) / (128 * CW);
-  if (tiles > 0x7fffffff) return cudaErrorInvalidConfiguration;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(p.split_k), 1);
-  cfg.blockDim = dim3(kStagedWarps * 32, 1, 1);
-  cfg.dynamicSmemBytes = staged_smem_bytes<MR>();
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = 1;
-  attr[0].val.clusterDim.y = static_cast<unsigned>(p.split_k);
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  return cudaLaunchKernelEx(&cfg, spmm_decode_staged_kernel<MR, CW>, p);
+  return launch_split_k_clusters(spmm_decode_staged_kernel<MR, CW>, p, (p.n + 128 * CW - 1) / (128 * CW),
+                                 kStagedWarps * 32, staged_smem_bytes<MR>(), stream);
 }
 
 template <int CW>
