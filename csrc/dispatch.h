@@ -212,6 +212,25 @@ inline Plan choose_staged_decode(int64_t m, int64_t n, int64_t k, int64_t N, int
   return {kernel, best_split};
 }
 
+// Whether a decode plan on sm_90 is launched with programmatic dependent launch (the kernel starts
+// while the kernel before it in the stream runs and issues its first weight loads before it waits
+// for it; spmm_decode_cluster.cu / spmm_decode_staged.cu). What that overlaps is the call's fixed
+// cost (launch, first loads, the tail of the kernel before), so it pays where the weight stream is
+// short. Measured on H100 (experiments/s12_pdl_ab.txt; 6 Llama shapes x 4 sparsities, CUDA graphs
+// of back-to-back calls): the staged kernels 1.00-1.42x faster at m = 8, 16 (every point within
+// noise or better); the m <= 2 cluster kernels 1.0-1.74x where each warp walks at most 64
+// compressed rows (4 batches), but 0.86-0.97x on long k-ranges with clusters of 8 (4096x14336 16:32:
+// 44.8 -> 52.5 us), so those go in plain stream order.
+constexpr int64_t kOverlapMaxRowsPerWarp = 64;
+inline bool decode_plan_overlaps_launch(const Plan& plan, int64_t k, int64_t N, int64_t M) {
+  if (is_staged_decode_kernel(plan.kernel)) return true;
+  if (!is_cluster_decode_kernel(plan.kernel) || plan.split_k < 1) return false;
+  const int64_t windows_per_block = (k / M + plan.split_k - 1) / plan.split_k;
+  const int64_t rows_per_warp = (windows_per_block * N + cluster_decode_warps(plan.kernel) - 1) /
+                                cluster_decode_warps(plan.kernel);
+  return rows_per_warp <= kOverlapMaxRowsPerWarp;
+}
+
 // clusters: the device has thread-block clusters (compute capability >= 9.0).
 inline Plan choose_plan(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, int64_t L,
                         bool has_col_info, int num_sms, bool clusters = true) {

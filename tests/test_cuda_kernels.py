@@ -440,6 +440,78 @@ def test_overlapped_launches_bitwise_equal_plain_stream_order(tmp_path):
             assert torch.equal(a, b.to(a.device)), f"kernel {k} split_k {s}: overlapped and plain launches differ"
 
 
+CHAIN_PLANS = [(12, 8), (13, 4), (14, 2), (15, 7), (16, 8), (17, 4), (DECODE, 4), (None, 1)]
+
+
+@pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph"])
+@pytest.mark.parametrize("plan", CHAIN_PLANS, ids=fam_id)
+def test_back_to_back_decode_calls(plan, graph):
+    # On sm_90 the decode kernels start while the call before them still runs (programmatic
+    # dependent launch) and load their first weight rows before they wait for it; x, here the
+    # previous call's output as in a model, is read after the wait. A chain of calls, each on the
+    # output of the one before, eager and replayed from a CUDA graph, checked against fp64 at every
+    # step (the reference takes the step's actual input).
+    kernel, split_k = plan
+    w = large_weight(2048, 2048, 4, 32)
+    m = decode_m(kernel, 16, 16)
+    steps = 6
+
+    def chain(x):
+        outs = []
+        for _ in range(steps):
+            x = run_plan(w, x, kernel, split_k, w.bias)
+            outs.append(x)
+        return outs
+
+    x0 = torch.randn(m, w.k, device=DEV)
+    if graph:
+        chain(x0)  # warm-up outside the capture
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            outs = chain(x0)
+        x0.copy_(torch.randn(m, w.k, device=DEV))
+        g.replay()
+    else:
+        outs = chain(x0)
+    torch.cuda.synchronize()
+    for inp, y in zip([x0] + outs[:-1], outs):
+        ref, scale = w.reference(inp, w.bias)
+        check(y, ref, scale)
+
+
+@pytest.mark.parametrize("plan", [(12, 8), (14, 4), (15, 8), (17, 2), (None, 1)], ids=fam_id)
+def test_weight_written_by_the_previous_call(plan):
+    # One call's output used at once as the next call's `values`. The decode kernels may load weight
+    # rows before they wait for the kernel before them, so the binding must launch this call in
+    # plain stream order: its weight is still being written. The first call's output block is
+    # poisoned with NaN first, so a load that runs ahead of the writes shows up as NaN.
+    kernel, split_k = plan
+    wa = large_weight(2048, 8192, 16, 32)  # a slow first call: [16, 2048] output = 256 x 128 floats
+    N, M, L, kb = 4, 32, 32, 2048
+    rows, nb = kb * N // M, 16 * 2048 // (kb * N // M)
+    m = decode_m(kernel, 16, 16)
+    for trial in range(3):
+        xa = torch.randn(16, wa.k, device=DEV)
+        xb = torch.randn(m, kb, device=DEV)
+        gen = torch.Generator(device=DEV).manual_seed(100 + trial)
+        pos = torch.rand(kb // M, nb // L, M, device=DEV, generator=gen).argsort(-1)[..., :N].sort(-1).values
+        idx_b = pos.permute(0, 2, 1).reshape(rows, nb // L).to(torch.uint8).contiguous()
+        poison(16 * 2048)
+        ya = run_plan(wa, xa, None, 1)  # no kernel may run between the two calls
+        vb = ya.view(rows, nb)
+        if kernel is None:
+            yb = ops.spmm(xb, vb, idx_b, N, M, L)
+        else:
+            yb = ops.spmm_with_plan(xb, vb, idx_b, N, M, L, None, None, None, kernel, split_k)
+        torch.cuda.synchronize()
+        ref_a, scale_a = wa.reference(xa)
+        check(ya, ref_a, scale_a)
+        dense_b = _dense64(ya.view(rows, nb), idx_b, N, M, L)
+        ref_b = xb.double() @ dense_b.t()
+        check(yb, ref_b, max((xb.double().abs() @ dense_b.abs().t()).max().item(), 1e-30))
+
+
 @pytest.mark.parametrize("kernel,split_k", [(DECODE, 16), (DECODE, 64), (12, 8), (14, 8), (15, 8), (17, 8)])
 def test_more_splits_than_windows(kernel, split_k):
     # Decode with more k-splits than windows: the empty splits contribute zeros.

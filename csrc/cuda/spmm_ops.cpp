@@ -9,6 +9,7 @@
 #include <torch/all.h>
 
 #include <cstdlib>
+#include <mutex>
 
 #include "../checks.h"
 #include "../dispatch.h"
@@ -53,8 +54,8 @@ bool cluster_split_enabled() {
   return enabled;
 }
 
-// NMSPMM_NO_OVERLAP=1 (read once) launches the split-K reduction in plain stream order (no
-// programmatic dependent launch): an A/B switch, not a tuning knob.
+// NMSPMM_NO_OVERLAP=1 (read once) launches the split-K reduction and the sm_90 decode kernels in
+// plain stream order (no programmatic dependent launch): an A/B switch, not a tuning knob.
 bool overlap_enabled() {
   static const bool enabled = [] {
     const char* e = std::getenv("NMSPMM_NO_OVERLAP");
@@ -64,6 +65,65 @@ bool overlap_enabled() {
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// What the last SpMM launch on each stream wrote (y and the split-K workspace), so that a decode
+// kernel is launched with programmatic dependent launch only when it is safe. Such a kernel loads
+// its first weight rows before it waits for the kernel before it in the stream; nmspmm's SpMM
+// kernels let the next kernel start early (griddepcontrol.launch_dependents), so if that kernel
+// wrote this call's `values` or `indices` (one SpMM's output used as the next one's weight), the
+// early loads could read stale data. A call whose weight overlaps what its stream's last SpMM wrote
+// is launched in plain stream order. A kernel from outside nmspmm in between is harmless (it does not
+// let us start early, or, if it is a programmatic-launch kernel that does, must not write our weight:
+// docs/kernels.md). Per (device, stream); a stream that finds no free slot launches in plain order.
+class WeightHazardTable {
+ public:
+  struct Range {
+    uintptr_t lo = 0, hi = 0;  // [lo, hi)
+    bool overlaps(const Range& o) const { return lo < o.hi && o.lo < hi; }
+  };
+  // True if `reads` do not overlap what the last launch on (device, stream) wrote; then records
+  // `writes` as this launch's (in every case, so the next launch on the stream checks against it).
+  bool check_and_record(int device, cudaStream_t stream, const Range (&reads)[2], const Range (&writes)[2]) {
+    const std::lock_guard<std::mutex> lock(mu_);
+    Slot* slot = nullptr;
+    for (int i = 0; i < used_; ++i)
+      if (slots_[i].device == device && slots_[i].stream == stream) slot = &slots_[i];
+    if (slot == nullptr && used_ < kSlots) {
+      slot = &slots_[used_++];
+      slot->device = device;
+      slot->stream = stream;
+    }
+    if (slot == nullptr) return false;
+    bool safe = true;
+    for (const Range& r : reads)
+      for (const Range& w : slot->written) safe = safe && !r.overlaps(w);
+    slot->written[0] = writes[0];
+    slot->written[1] = writes[1];
+    return safe;
+  }
+
+ private:
+  static constexpr int kSlots = 256;
+  struct Slot {
+    int device = -1;
+    cudaStream_t stream = nullptr;
+    Range written[2];
+  };
+  std::mutex mu_;
+  Slot slots_[kSlots];
+  int used_ = 0;
+};
+
+WeightHazardTable& weight_hazards() {
+  static WeightHazardTable table;
+  return table;
+}
+
+WeightHazardTable::Range range_of(const at::Tensor& t) {
+  if (!t.defined() || t.numel() == 0) return {};
+  const auto lo = reinterpret_cast<uintptr_t>(t.data_ptr());
+  return {lo, lo + static_cast<uintptr_t>(t.numel()) * t.element_size()};
+}
 
 // forced: the plan (kernel, split_k) of spmm_with_plan; else the heuristic picks it.
 at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const at::Tensor& indices,
@@ -141,7 +201,12 @@ at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const a
   p.split_k = plan.split_k;
   p.cluster_reduce = cluster_reduce && !is_cluster_decode_kernel(plan.kernel);
   p.overlap_launches = clusters && overlap_enabled();
-  const cudaError_t err = kernels::launch_spmm(p, plan.kernel, c10::cuda::getCurrentCUDAStream());
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  const WeightHazardTable::Range reads[2] = {range_of(vals), range_of(idx)};
+  const WeightHazardTable::Range writes[2] = {range_of(y), range_of(workspace)};
+  const bool weight_safe = weight_hazards().check_and_record(x.get_device(), stream, reads, writes);
+  p.dependent_launch = p.overlap_launches && weight_safe && decode_plan_overlaps_launch(plan, in, N, M);
+  const cudaError_t err = kernels::launch_spmm(p, plan.kernel, stream);
   TORCH_CHECK(err == cudaSuccess, "nmspmm.spmm: kernel ", plan.kernel, " (split_k=", plan.split_k,
               ") failed for m=", m, " n=", out, " k=", in, ": ", cudaGetErrorString(err));
   if (dtype != at::kFloat) y = y.to(dtype);

@@ -54,7 +54,8 @@ __device__ __forceinline__ void reduce_over_block_and_cluster(float4* red, int e
 }
 
 // Launches kernel(p) on a grid of (tiles, split_k) blocks in which the split_k blocks of a column
-// tile form one thread-block cluster (split_k in 1..8: the launchers check).
+// tile form one thread-block cluster (split_k in 1..8: the launchers check), with programmatic
+// dependent launch where p.dependent_launch is set.
 template <class Kernel>
 inline cudaError_t launch_split_k_clusters(Kernel kernel, const SpmmParams& p, int64_t tiles, int threads,
                                            size_t smem_bytes, cudaStream_t stream) {
@@ -64,13 +65,15 @@ inline cudaError_t launch_split_k_clusters(Kernel kernel, const SpmmParams& p, i
   cfg.blockDim = dim3(static_cast<unsigned>(threads), 1, 1);
   cfg.dynamicSmemBytes = smem_bytes;
   cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
+  cudaLaunchAttribute attr[2];
   attr[0].id = cudaLaunchAttributeClusterDimension;
   attr[0].val.clusterDim.x = 1;
   attr[0].val.clusterDim.y = static_cast<unsigned>(p.split_k);
   attr[0].val.clusterDim.z = 1;
+  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[1].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  cfg.numAttrs = p.dependent_launch ? 2 : 1;
   return cudaLaunchKernelEx(&cfg, kernel, p);
 }
 

@@ -30,6 +30,12 @@ struct SpmmParams {
   // launch, so its launch overlaps the tail of the kernel whose partial sums it adds (it waits for
   // that grid before reading them). The binding sets it on compute capability 9.0+.
   bool overlap_launches;
+  // sm_90 decode kernels launched as clusters (spmm_decode_cluster.cu, spmm_decode_staged.cu):
+  // launched with programmatic dependent launch, so the kernel may start while the kernel before
+  // it in the stream still runs; it reads only `values` and `indices` before grid_dependency_wait()
+  // and x, bias and y after it. The binding sets it only when the kernel before it cannot have
+  // written `values` or `indices` (spmm_ops.cpp, WeightHazardTable).
+  bool dependent_launch;
 };
 
 // Row length of the k-major copy of x that the tiled and packed kernels read.

@@ -11,7 +11,9 @@
 //  * the partial sums are reduced in a fixed order, first over the warps through shared memory,
 //    then over the cluster's blocks through distributed shared memory; each block writes a slice
 //    of the tile (+ bias). One launch, no workspace, no atomics: bitwise deterministic and
-//    CUDA-graph capturable.
+//    CUDA-graph capturable;
+//  * launched with programmatic dependent launch where the binding allows it, the first batch of
+//    weight loads overlaps the end of the kernel before it in the stream (see the binding).
 // For m >= 3 the x gather becomes the bottleneck (measured: slower than the split-K decode kernel
 // of spmm_small.cu, with or without staging x in shared memory), so these kernels stop at m = 2.
 #include <cuda_runtime.h>
@@ -19,6 +21,7 @@
 #include <cstdint>
 
 #include "cluster_reduce.cuh"
+#include "launch_overlap.cuh"
 #include "spmm_decode.h"
 
 namespace nmspmm {
@@ -57,6 +60,11 @@ __global__ void __launch_bounds__(W * 32) spmm_decode_cluster_kernel(const SpmmP
 #pragma unroll
     for (int j = 0; j < 4; ++j) acc[i][j] = 0.f;
 
+  // Programmatic dependent launch (p.dependent_launch): the first batch's index and weight loads
+  // are issued before grid_dependency_wait(), while the kernel before this one in the stream may
+  // still run (the binding launches so only when that kernel cannot have written the weight);
+  // x is read and y written after it.
+  bool waited = false;
   if (col_ok) {
     const float* const vcol = p.values + col;
     const uint8_t* const icol = p.indices + col / p.L;
@@ -74,6 +82,11 @@ __global__ void __launch_bounds__(W * 32) spmm_decode_cluster_kernel(const SpmmP
       // Keep them ahead of the math: the compiler would otherwise sink each load to its use and
       // leave one or two in flight.
       asm volatile("" ::: "memory");
+      if (!waited) {
+        grid_dependency_wait();
+        allow_dependent_launch();
+        waited = true;
+      }
       // x column of each row, relative to the batch's first window gb (row ub is position s of gb).
       const int64_t gb = ub / N;
       const float* const xb = p.x + gb * M;
@@ -97,6 +110,11 @@ __global__ void __launch_bounds__(W * 32) spmm_decode_cluster_kernel(const SpmmP
         }
       }
     }
+  }
+
+  if (!waited) {  // a warp with no rows (or columns) still waits before the block writes y
+    grid_dependency_wait();
+    allow_dependent_launch();
   }
 
   // Fixed-order reduction over the block's warps, then over the cluster's blocks, each block

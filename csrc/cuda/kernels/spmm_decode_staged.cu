@@ -25,6 +25,7 @@
 
 #include "cp_async.cuh"
 #include "cluster_reduce.cuh"
+#include "launch_overlap.cuh"
 #include "smem_limit.h"
 #include "spmm_decode.h"
 
@@ -132,6 +133,17 @@ __global__ void __launch_bounds__(kStagedWarps * 32, 2) spmm_decode_staged_kerne
 
   int idx[D];
   float4 b[D];
+  // The first batch of chunk 0 reads only the weight: with programmatic dependent launch
+  // (p.dependent_launch) it is issued before grid_dependency_wait(), while the kernel before this
+  // one in the stream may still run (the binding launches so only when that kernel cannot have
+  // written the weight); x is staged and y written after the wait.
+  {
+    const int64_t u_end0 = (g0 + chunk_w < g1 ? g0 + chunk_w : g1) * N;
+    const int64_t ub0 = g0 * N + static_cast<int64_t>(kw) * D;
+    if (nchunks > 0 && ub0 < u_end0) load_batch<D>(idx, b, icol, q, vcol, n, ub0, u_end0);
+  }
+  grid_dependency_wait();
+  allow_dependent_launch();
   if (nchunks > 0) stage(0);
   cp_async_commit();
   for (int64_t ci = 0; ci < nchunks; ++ci) {
@@ -141,7 +153,7 @@ __global__ void __launch_bounds__(kStagedWarps * 32, 2) spmm_decode_staged_kerne
     const int64_t u0 = ga * N;
     const int64_t u_end = (ga + chunk_w < g1 ? ga + chunk_w : g1) * N;
     int64_t ub = u0 + static_cast<int64_t>(kw) * D;
-    if (ub < u_end) load_batch<D>(idx, b, icol, q, vcol, n, ub, u_end);  // overlaps the x wait
+    if (ci > 0 && ub < u_end) load_batch<D>(idx, b, icol, q, vcol, n, ub, u_end);  // overlaps the x wait
     cp_async_wait<1>();
     __syncthreads();  // chunk ci is in its buffer for every warp
     const float* const xc = xs + (ci & 1) * MR * XC;
