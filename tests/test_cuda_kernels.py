@@ -485,9 +485,12 @@ def test_weight_written_by_the_previous_call(plan):
     # One call's output used at once as the next call's `values`. The decode kernels may load weight
     # rows before they wait for the kernel before them, so the binding must launch this call in
     # plain stream order: its weight is still being written. The first call's output block is
-    # poisoned with NaN first, so a load that runs ahead of the writes shows up as NaN.
+    # poisoned with NaN first, so a load that runs ahead of the writes shows up as NaN. The first
+    # call is long and narrow (4 blocks, each streaming all of k) so that the second one would find
+    # the GPU free and start at once. (Measured on H100 with the binding's check switched off: this
+    # test fails.)
     kernel, split_k = plan
-    wa = large_weight(2048, 8192, 16, 32)  # a slow first call: [16, 2048] output = 256 x 128 floats
+    wa = large_weight(2048, 8192, 16, 32)  # [16, 2048] output = 256 x 128 floats
     N, M, L, kb = 4, 32, 32, 2048
     rows, nb = kb * N // M, 16 * 2048 // (kb * N // M)
     m = decode_m(kernel, 16, 16)
@@ -498,7 +501,7 @@ def test_weight_written_by_the_previous_call(plan):
         pos = torch.rand(kb // M, nb // L, M, device=DEV, generator=gen).argsort(-1)[..., :N].sort(-1).values
         idx_b = pos.permute(0, 2, 1).reshape(rows, nb // L).to(torch.uint8).contiguous()
         poison(16 * 2048)
-        ya = run_plan(wa, xa, None, 1)  # no kernel may run between the two calls
+        ya = run_plan(wa, xa, 17, 1)  # no kernel may run between the two calls
         vb = ya.view(rows, nb)
         if kernel is None:
             yb = ops.spmm(xb, vb, idx_b, N, M, L)
