@@ -416,13 +416,15 @@ def test_cluster_split_bitwise_equals_workspace_split(tmp_path):
 def test_overlapped_launches_bitwise_equal_plain_stream_order(tmp_path):
     # On sm_90 the split-K reduction through the workspace launches while its kernel still runs
     # (programmatic dependent launch) and waits for that grid before it reads the partial sums,
-    # so the bits are those of plain stream order (NMSPMM_NO_OVERLAP=1).
+    # and the cluster decode kernels start while the call before them still runs (their first
+    # weight loads before the wait), so the bits are those of plain stream order (NMSPMM_NO_OVERLAP=1).
     if not cluster_split():
         pytest.skip("no programmatic dependent launch on this device")
     w = large_weight(512, 2048, 4, 32)
     values, indices, N, M, L, (cols, packed) = w.args()
     cases = [(300, [(k, s) for k in TILED for s in (1, 2, 4)] + [(k, 2) for k in PACKED]),
-             (16, [(DECODE, 8), (2, 4)])]
+             (16, [(DECODE, 8), (2, 4), (15, 7), (17, 4), (16, 2)]),
+             (1, [(12, 8), (14, 4), (13, 2), (12, 8)])]
     for i, (m, plans) in enumerate(cases):
         x = torch.randn(m, w.k, device=DEV)
         x.mul_(2.0)  # x comes from a kernel launched just before the op
