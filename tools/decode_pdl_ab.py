@@ -14,7 +14,6 @@ cuBLAS FP32 (TF32 off) is timed the same way. Every plan is checked against fp64
 Not a test and not the benchmark; the record of session 12's A/B (experiments/s12_pdl_ab.txt).
 """
 import csv
-import dataclasses
 import math
 import os
 import sys
@@ -23,7 +22,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import nmspmm  # noqa: E402
-from decode_sweep import graph_us  # noqa: E402
+from decode_sweep import graph_us, weight_copies  # noqa: E402
 
 ops = torch.ops.nmspmm
 SHAPES = [(4096, 4096), (11008, 4096), (4096, 11008), (1024, 4096), (14336, 4096), (4096, 14336)]
@@ -51,11 +50,8 @@ def run(out_dir, tag, ms):
         dense = [wd] + [wd.clone() for _ in range(dcopies - 1)]
         for N, M in PATTERNS:
             p, wdn = make(n, k, N, M, 32)
-            wbytes = p.values.numel() * 4 + p.indices.numel()
-            copies = min(512, max(2, math.ceil(4 * l2 / wbytes)))
-            ps = [p] + [dataclasses.replace(p, values=p.values.clone(), indices=p.indices.clone())
-                        for _ in range(copies - 1)]
-            ncalls = max(copies, 32)
+            ps, _, ncalls = weight_copies(p, l2)
+            copies = len(ps)
             for m in ms:
                 x = torch.randn(m, k, device="cuda")
                 ref = x.double() @ wdn.double().t()

@@ -27,6 +27,16 @@ SHAPES = [(4096, 4096), (11008, 4096), (4096, 11008), (1024, 4096), (14336, 4096
 CLUSTER = {12: 2, 13: 2, 14: 2, 15: 16, 16: 16, 17: 16}  # kernel -> largest m
 
 
+def weight_copies(p, l2):
+    """The compressed weight p and clones of it, >= 4x L2 in all (2..512 copies), so that calls
+    rotating through them stream every weight from DRAM; also its bytes and the calls per graph."""
+    wbytes = p.values.numel() * 4 + p.indices.numel()
+    copies = min(512, max(2, math.ceil(4 * l2 / wbytes)))
+    ps = [p] + [dataclasses.replace(p, values=p.values.clone(), indices=p.indices.clone())
+                for _ in range(copies - 1)]
+    return ps, wbytes, max(copies, 32)
+
+
 def graph_us(calls, reps=5):
     """Per-call microseconds of the callables, run back to back from one CUDA graph."""
     s = torch.cuda.Stream()
@@ -77,11 +87,8 @@ def main():
         for pat in args.patterns.split(","):
             N, M = map(int, pat.split(":"))
             p, wdn = make(n, k, N, M, 32)
-            wbytes = p.values.numel() * 4 + p.indices.numel()
-            copies = min(512, max(2, math.ceil(4 * l2 / wbytes)))
-            ps = [p] + [dataclasses.replace(p, values=p.values.clone(), indices=p.indices.clone())
-                        for _ in range(copies - 1)]
-            ncalls = max(copies, 32)
+            ps, wbytes, ncalls = weight_copies(p, l2)
+            copies = len(ps)
             for m in ms:
                 x = torch.randn(m, k, device="cuda")
                 ref = x.double() @ wdn.double().t()
