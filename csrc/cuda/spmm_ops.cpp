@@ -202,10 +202,14 @@ at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const a
   p.cluster_reduce = cluster_reduce && !is_cluster_decode_kernel(plan.kernel);
   p.overlap_launches = clusters && overlap_enabled();
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  const WeightHazardTable::Range reads[2] = {range_of(vals), range_of(idx)};
-  const WeightHazardTable::Range writes[2] = {range_of(y), range_of(workspace)};
-  const bool weight_safe = weight_hazards().check_and_record(x.get_device(), stream, reads, writes);
-  p.dependent_launch = p.overlap_launches && weight_safe && decode_plan_overlaps_launch(plan, in, N, M);
+  // Without dependent launches (no clusters, or switched off) nothing starts early: no table.
+  p.dependent_launch = false;
+  if (p.overlap_launches) {
+    const WeightHazardTable::Range reads[2] = {range_of(vals), range_of(idx)};
+    const WeightHazardTable::Range writes[2] = {range_of(y), range_of(workspace)};
+    const bool weight_safe = weight_hazards().check_and_record(x.get_device(), stream, reads, writes);
+    p.dependent_launch = weight_safe && decode_plan_overlaps_launch(plan, in, N, M);
+  }
   const cudaError_t err = kernels::launch_spmm(p, plan.kernel, stream);
   TORCH_CHECK(err == cudaSuccess, "nmspmm.spmm: kernel ", plan.kernel, " (split_k=", plan.split_k,
               ") failed for m=", m, " n=", out, " k=", in, ": ", cudaGetErrorString(err));
