@@ -161,41 +161,23 @@ inline double tiled_cost_us(const TiledCost& c, int64_t m, int64_t n, int64_t k,
   return us;
 }
 
-// Decode (m <= 2) on sm_90: warps per block W and blocks per cluster of the cluster decode kernel.
-// Each 128-column tile gets P = W * cluster warps along k: the smallest power of two that puts
-// about 6.5 warps per SM on the GPU, but no more than keeps a full batch of 16 rows per warp.
-// P <= 32 runs as 4 warps x P/4 blocks, 64 as 8 x 8 (at most 8 tiles) or 16 x 4, 128 as 16 x 8.
-// Fitted to tools/decode_sweep.py on H100 (m = 1, 2; 10 Llama shapes x 4 sparsities): the pick is
-// 1.0% above the best of the 12 configs on geomean (benchmarks/results/h100/decode_sweep.csv).
-inline Plan choose_cluster_decode(int64_t n, int64_t k, int64_t N, int64_t M, int num_sms) {
-  const int64_t tiles = ceil_div_i(n, 128);
-  const int64_t w = k / M * N;
-  int64_t P = 4;
-  while (P < 128 && 2 * tiles * P < 13 * static_cast<int64_t>(num_sms)) P *= 2;
-  while (P > 4 && w / P < 16) P /= 2;
-  if (P <= 32) return {kDecodeW4, static_cast<int>(P / 4)};
-  if (P == 64) return tiles <= 8 ? Plan{kDecodeW8, 8} : Plan{kDecodeW16, 4};
-  return {kDecodeW16, 8};
-}
+// Blocks of 8 warps per SM (x 10) that a decode grid stays within: 2 fit by registers, but a
+// cluster must fit inside one GPC, and on H100 (132 SMs) 224 blocks of 8 warps (32 clusters of 7)
+// run in one wave where 32 clusters of 8 run two (ncu: experiments/ncu_s10_*).
+constexpr int64_t kDecodeBlocksPerSm10 = 17;
 
-// Decode (3 <= m <= 16) on sm_90: the staged decode kernel, or {-1, 0} where it cannot run (M >
-// 512). Picks the tile (512, 256, 128 columns: 4, 2, 1 column warps of the 8) and the cluster size
-// S in 1..8 (k split over S blocks, at most one per window) with the most blocks that stay within
-// 1.7 blocks per SM, the widest tile on a tie. Registers allow 2 blocks per SM, but a cluster must
-// fit inside one GPC: on H100 (132 SMs) at most 30 clusters of 8 are resident at once, so a grid of
-// 32 clusters of 8 (4096 columns in 128-column tiles) runs a second wave while 32 clusters of 7
-// (224 blocks) run in one; ncu of 16 clusters of 8 on 2-block SMs shows the SMs active 64% of the
-// kernel's cycles (benchmarks/results/h100/experiments/ncu_s10_*). On the session-10 sweep
-// (tools/decode_sweep.py, 6 Llama shapes x 4 sparsities x m = 4, 8, 16, cluster sizes 1..8,
-// benchmarks/results/h100/experiments/s10_decode_sweep_cluster_sizes.csv) the pick is 0.4 / 0.1 /
-// 0.0% above the best plan on geomean at m = 4 / 8 / 16 (worst point 1.03x); the session-9 rule
-// (S = 8, about one block per SM, the split-K kernel on long k-ranges) was 4.0 / 11.0 / 13.2% above.
-inline Plan choose_staged_decode(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, int num_sms) {
-  (void)N;
-  if (m < 3 || m > 16 || M > 512) return {-1, 0};
+// The staged decode kernel's tile and cluster size: among the three tiles (512, 256, 128 columns:
+// 4, 2, 1 column warps of the 8) and the cluster sizes S in 1..8 (k split over S blocks, at most
+// one per window), the plan with the most blocks within 1.7 per SM, the widest tile on a tie. On
+// the session-10 sweep (tools/decode_sweep.py, 6 Llama shapes x 4 sparsities x m = 4, 8, 16,
+// cluster sizes 1..8, benchmarks/results/h100/experiments/s10_decode_sweep_cluster_sizes.csv) the
+// pick is 0.4 / 0.1 / 0.0% above the best plan on geomean at m = 4 / 8 / 16 (worst point 1.03x);
+// the session-9 rule (S = 8, about one block per SM, the split-K kernel on long k-ranges) was
+// 4.0 / 11.0 / 13.2% above.
+inline Plan staged_decode_plan(int64_t n, int64_t k, int64_t M, int num_sms) {
   const int64_t windows = k / M;
   const int64_t max_split = windows < 1 ? 1 : windows < 8 ? windows : 8;
-  const int64_t cap = static_cast<int64_t>(num_sms) * 17 / 10;  // blocks
+  const int64_t cap = static_cast<int64_t>(num_sms) * kDecodeBlocksPerSm10 / 10;  // blocks
   int best_cw = 4, best_split = 1;
   int64_t best_blocks = 0;
   for (int cw = 4; cw >= 1; cw /= 2) {
@@ -212,6 +194,56 @@ inline Plan choose_staged_decode(int64_t m, int64_t n, int64_t k, int64_t N, int
   return {kernel, best_split};
 }
 
+// Decode (3 <= m <= 16) on sm_90: the staged decode kernel, or {-1, 0} where it cannot run (M >
+// 512). See staged_decode_plan.
+inline Plan choose_staged_decode(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, int num_sms) {
+  (void)N;
+  if (m < 3 || m > 16 || M > 512) return {-1, 0};
+  return staged_decode_plan(n, k, M, num_sms);
+}
+
+// A warp of a cluster decode kernel that walks more compressed rows than this goes without
+// programmatic dependent launch (decode_plan_overlaps_launch, below).
+constexpr int64_t kOverlapMaxRowsPerWarp = 64;
+
+// Decode (m <= 2) on sm_90. Each 128-column tile gets P = W x S warps along k (W warps per block,
+// clusters of S blocks): the largest P such that
+//   - the grid stays within 1.7 blocks of 8 warps per SM (as the staged kernel),
+//   - 16-warp blocks (one per SM) stay within 0.75 blocks per SM: a grid of 16 tiles x clusters of
+//     7 or 8 ran 1.4-1.7x slower than clusters of 6 (the clusters do not fit the GPCs in one wave),
+//   - every warp keeps a useful run of rows: >= 16 (W = 4) / 12 (W = 16) at m = 1, >= 12 (W = 8) /
+//     16 (W = 16) at m = 2;
+// with W in {4, 16} at m = 1 and {8, 16} at m = 2 (the narrower on a tie). Where that leaves each
+// warp more than kOverlapMaxRowsPerWarp rows (long k-ranges, which the cluster kernels run without
+// dependent launch) the staged kernel's plan is taken instead. Fitted in session 13 to
+// tools/decode_sweep.py on H100 (m = 1, 2; 10 Llama shapes x 4 sparsities; every cluster and staged
+// plan, cluster sizes 1..8, CUDA graphs of back-to-back calls as the binding launches them): the
+// pick is 1.5 / 2.0% above the best plan on geomean at m = 1 / 2 (worst point 1.19 / 1.21x); the
+// session-10 rule was 6.4 / 12.3% above (worst 1.35 / 1.56x)
+// (benchmarks/results/h100/experiments/s13_decode_sweep_m12.csv).
+inline Plan choose_cluster_decode(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, int num_sms) {
+  const int64_t tiles = ceil_div_i(n, 128);
+  const int64_t rows = k / M * N;
+  const int64_t max_warps = static_cast<int64_t>(num_sms) * kDecodeBlocksPerSm10 / 10 * 8;
+  const int64_t max_w16_blocks = static_cast<int64_t>(num_sms) * 3 / 4;
+  const int narrow = m <= 1 ? 4 : 8;
+  int best_w = narrow, best_s = 1;
+  for (const int w : {narrow, 16}) {
+    const int64_t min_rows = m <= 1 ? (w == 16 ? 12 : 16) : (w == 16 ? 16 : 12);
+    for (int s = 1; s <= 8; ++s) {
+      const int64_t p = static_cast<int64_t>(w) * s;
+      if (p <= static_cast<int64_t>(best_w) * best_s) continue;
+      if (tiles * p > max_warps || (w == 16 && tiles * s > max_w16_blocks) || rows < p * min_rows) continue;
+      best_w = w;
+      best_s = s;
+    }
+  }
+  if (rows > static_cast<int64_t>(best_w) * best_s * kOverlapMaxRowsPerWarp && M <= 512)
+    return staged_decode_plan(n, k, M, num_sms);
+  const int kernel = best_w == 4 ? kDecodeW4 : best_w == 8 ? kDecodeW8 : kDecodeW16;
+  return {kernel, best_s};
+}
+
 // Whether a decode plan on sm_90 is launched with programmatic dependent launch (the kernel starts
 // while the kernel before it in the stream runs and issues its first weight loads before it waits
 // for it; spmm_decode_cluster.cu / spmm_decode_staged.cu). What that overlaps is the call's fixed
@@ -221,7 +253,6 @@ inline Plan choose_staged_decode(int64_t m, int64_t n, int64_t k, int64_t N, int
 // noise or better); the m <= 2 cluster kernels 1.0-1.74x where each warp walks at most 64
 // compressed rows (4 batches), but 0.86-0.97x on long k-ranges with clusters of 8 (4096x14336 16:32:
 // 44.8 -> 52.5 us), so those go in plain stream order.
-constexpr int64_t kOverlapMaxRowsPerWarp = 64;
 inline bool decode_plan_overlaps_launch(const Plan& plan, int64_t k, int64_t N, int64_t M) {
   if (is_staged_decode_kernel(plan.kernel)) return true;
   if (!is_cluster_decode_kernel(plan.kernel) || plan.split_k < 1) return false;
@@ -236,7 +267,7 @@ inline Plan choose_plan(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, i
                         bool has_col_info, int num_sms, bool clusters = true) {
   if (num_sms <= 0) num_sms = 132;
   if (L < 4 || (L < 16 && m > 16)) return {kGeneric, 1};
-  if (m <= kClusterDecodeMaxM && clusters) return choose_cluster_decode(n, k, N, M, num_sms);
+  if (m <= kClusterDecodeMaxM && clusters) return choose_cluster_decode(m, n, k, N, M, num_sms);
   if (m <= 16) {
     if (clusters) {
       const Plan staged = choose_staged_decode(m, n, k, N, M, num_sms);

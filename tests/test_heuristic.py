@@ -4,7 +4,7 @@ kernel that can run the problem, on any build (no tensors involved).
 Kernel ids (csrc/dispatch.h): 0 generic, 1 decode (any GPU), 2-5 and 9-11 tiled (non-packing),
 6-8 packed, 12-14 cluster decode (sm_90, m <= 2; 4, 8, 16 warps per block, split_k = cluster
 size), 15-17 staged decode (sm_90, m <= 16; 128, 256, 512 columns per block, split_k = cluster
-size)."""
+size; for m <= 2 where the cluster decode kernels would walk long k-ranges)."""
 import itertools
 
 import pytest
@@ -63,7 +63,9 @@ def _check(m, n, k, N, M, L, has_col_info, sms, clusters=True):
     assert 0 <= kernel < NUM_KERNELS, where
     assert supports(kernel, m, N, M, L, has_col_info), where
     assert isinstance(split_k, int) and 1 <= split_k <= 64, where
-    if kernel not in STAGED_DECODE:
+    if kernel in CLUSTER_DECODE:
+        pass  # any cluster size 1..8 (below)
+    elif kernel not in STAGED_DECODE:
         assert split_k & (split_k - 1) == 0, where  # powers of two
     else:
         # The staged grid stays within 1.7 blocks per SM (clusters that fit one wave), unless even
@@ -79,7 +81,12 @@ def _check(m, n, k, N, M, L, has_col_info, sms, clusters=True):
     if L < 4:
         assert kernel == GENERIC, where
     if m <= 2 and L >= 4:
-        assert kernel in (CLUSTER_DECODE if clusters else {DECODE}), where
+        assert kernel in (set(CLUSTER_DECODE) | STAGED_DECODE if clusters else {DECODE}), where
+        if kernel in CLUSTER_DECODE and sms > 0:
+            # Within 1.7 blocks of 8 warps per SM, and 16-warp blocks within 0.75 per SM.
+            warps = -(-n // 128) * split_k * (4 << (kernel - 12))
+            assert split_k == 1 or warps <= sms * 17 // 10 * 8, where
+            assert kernel != 14 or split_k == 1 or -(-n // 128) * split_k <= sms * 3 // 4, where
     elif m <= 16 and L >= 4:
         assert kernel in ({DECODE} | STAGED_DECODE if clusters else {DECODE}), where
     if kernel in CLUSTER_DECODE or kernel in STAGED_DECODE:
@@ -116,7 +123,7 @@ def test_heuristic_nonpositive_sm_count_means_default():
 
 def test_heuristic_decode_for_small_m():
     for m, L in itertools.product(range(1, 17), (4, 8, 16, 32, 64, 128)):
-        expect = CLUSTER_DECODE if m <= 2 else {DECODE} | STAGED_DECODE
+        expect = set(CLUSTER_DECODE) | STAGED_DECODE if m <= 2 else {DECODE} | STAGED_DECODE
         assert plan(m, 4096, 4096, 2, 4, L, False)[0] in expect
         assert plan(m, 4096, 4096, 4, 32, L, True)[0] in expect
         # Without thread-block clusters (compute capability < 9.0): the split-K decode kernel.
@@ -124,17 +131,27 @@ def test_heuristic_decode_for_small_m():
         assert plan(m, 4096, 4096, 4, 32, L, True, clusters=False)[0] == DECODE
 
 
-# (n, k, N) -> (kernel, cluster size) measured best or within 2% of it on H100 (decode_sweep.csv)
-CLUSTER_PICKS = {(4096, 4096, 4): (12, 8), (4096, 11008, 16): (12, 8), (11008, 4096, 8): (12, 4),
-                 (14336, 4096, 4): (12, 2), (1024, 4096, 16): (14, 8), (512, 2048, 8): (12, 8),
-                 (2048, 8192, 12): (14, 4)}
+# (m, n, k, N) -> (kernel, cluster size) measured best or within 2% of it on H100 (session-13
+# sweep, m = 1, 2, every cluster and staged plan: experiments/s13_decode_sweep_m12.csv).
+SMALL_M_PICKS = {(1, 4096, 4096, 4): (12, 8), (1, 4096, 4096, 8): (14, 3), (1, 4096, 11008, 4): (14, 3),
+                 (1, 4096, 14336, 16): (15, 7), (1, 11008, 4096, 8): (12, 5), (1, 11008, 4096, 16): (16, 5),
+                 (1, 14336, 4096, 4): (12, 4), (1, 1024, 4096, 16): (14, 8), (1, 2048, 8192, 12): (14, 6),
+                 (1, 512, 2048, 8): (12, 8), (2, 4096, 4096, 4): (13, 5), (2, 4096, 11008, 8): (13, 7),
+                 (2, 4096, 11008, 16): (15, 7), (2, 14336, 4096, 8): (13, 2), (2, 1024, 4096, 16): (14, 8),
+                 (2, 2048, 8192, 8): (14, 6), (2, 512, 2048, 12): (13, 8)}
 
 
-@pytest.mark.parametrize("shape", list(CLUSTER_PICKS), ids=str)
-def test_heuristic_cluster_decode_plan(shape):
-    n, k, N = shape
+@pytest.mark.parametrize("point", list(SMALL_M_PICKS), ids=str)
+def test_heuristic_small_m_decode_plan(point):
+    m, n, k, N = point
+    assert plan(m, n, k, N, 32, 32, False) == SMALL_M_PICKS[point]
+
+
+def test_heuristic_small_m_without_staged_tile_keeps_cluster_kernel():
+    # M > 512: the staged kernel cannot run, so long k-ranges stay on a cluster decode kernel.
     for m in (1, 2):
-        assert plan(m, n, k, N, 32, 32, False) == CLUSTER_PICKS[shape]
+        kernel, split_k = plan(m, 4096, 65536, 512, 1024, 32, False)
+        assert kernel in CLUSTER_DECODE and 1 <= split_k <= 8
 
 
 # (m, n, k, N) -> plan, measured best or within 2% of it on H100 (session-10 sweep, cluster sizes
