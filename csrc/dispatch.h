@@ -218,9 +218,10 @@ constexpr int64_t kOverlapMaxRowsPerWarp = 64;
 // dependent launch) the staged kernel's plan is taken instead. Fitted in session 13 to
 // tools/decode_sweep.py on H100 (m = 1, 2; 10 Llama shapes x 4 sparsities; every cluster and staged
 // plan, cluster sizes 1..8, CUDA graphs of back-to-back calls as the binding launches them): the
-// pick is 1.5 / 2.0% above the best plan on geomean at m = 1 / 2 (worst point 1.19 / 1.21x); the
-// session-10 rule was 6.4 / 12.3% above (worst 1.35 / 1.56x)
-// (benchmarks/results/h100/experiments/s13_decode_sweep_m12.csv).
+// pick is 1.5 / 2.0% above the best plan on geomean at m = 1 / 2 (worst point 1.19 / 1.21x), the
+// session-10 rule 6.4 / 12.3% (worst 1.35 / 1.56x) (experiments/s13_decode_sweep_m12.csv); in an
+// independent re-run with this rule 1.5 / 1.9% against 6.0 / 11.9%, and 1.04 / 1.10x faster than
+// the session-10 rule's picks on geomean (experiments/s13_decode_sweep_m12_check.csv).
 inline Plan choose_cluster_decode(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, int num_sms) {
   const int64_t tiles = ceil_div_i(n, 128);
   const int64_t rows = k / M * N;
