@@ -10,13 +10,16 @@
 // Two cluster barriers: before the reads of the other blocks' shared memory, and before exit (no
 // block may leave while another still reads its shared memory). Replacing them with a push of the
 // slices into the owners' shared memory and an mbarrier per owner measured no faster
-// (experiments/s11_cluster_push_ab.txt).
+// (experiments/s11_cluster_push_ab.txt). The first is a full cluster.sync() (its release / acquire
+// makes every block's partial tile visible to the others); the second only keeps the blocks
+// resident and arrives relaxed (cluster_barrier.cuh).
 #pragma once
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
+#include "cluster_barrier.cuh"
 #include "spmm.h"
 
 namespace nmspmm {
@@ -50,7 +53,7 @@ __device__ __forceinline__ void reduce_over_block_and_cluster(float4* red, int e
     }
     store(e, sum);
   }
-  cluster.sync();  // no block leaves while another still reads its shared memory
+  cluster_sync_before_exit();  // no block leaves while another still reads its shared memory
 }
 
 // Launches kernel(p) on a grid of (tiles, split_k) blocks in which the split_k blocks of a column

@@ -33,6 +33,7 @@
 #include <cstdint>
 
 #include "../../pattern.h"
+#include "cluster_barrier.cuh"
 #include "cp_async.cuh"
 #include "launch_overlap.cuh"
 #include "smem_limit.h"
@@ -503,7 +504,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
       }
       *reinterpret_cast<float4*>(p.y + row * N_ + col) = v;
     }
-    cluster.sync();  // no block leaves while another still reads its shared memory
+    cluster_sync_before_exit();  // no block leaves while another still reads its shared memory
 #endif
     return;
   }
