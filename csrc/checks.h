@@ -132,8 +132,9 @@ inline void check_plan(int64_t kernel, int64_t split_k, int64_t m, int64_t N, in
               "nmspmm.spmm_with_plan: kernel ", kernel, " cannot run m=", m, " with pattern ", N, ":",
               M, " L=", L, has_col_info ? "" : " without col_info");
   if (is_cluster_decode_kernel(static_cast<int>(kernel)))
-    TORCH_CHECK(split_k >= 1 && split_k <= 8, "nmspmm.spmm_with_plan: split_k of kernel ", kernel,
-                " is its cluster size and must be in [1, 8], got ", split_k);
+    TORCH_CHECK(split_k >= 1 && split_k <= max_decode_cluster_size(static_cast<int>(kernel)),
+                "nmspmm.spmm_with_plan: split_k of kernel ", kernel, " is its cluster size and must be in [1, ",
+                max_decode_cluster_size(static_cast<int>(kernel)), "], got ", split_k);
 }
 
 }  // namespace nmspmm

@@ -40,6 +40,9 @@ inline bool is_staged_decode_kernel(int kernel) { return kernel >= kDecodeStaged
 inline int cluster_decode_warps(int kernel) { return 4 << (kernel - kDecodeW4); }
 // Column warps per block of a staged decode kernel (15-17): 128 output columns each.
 inline int staged_decode_col_warps(int kernel) { return 1 << (kernel - kDecodeStaged128); }
+// Largest cluster size (split_k) of a cluster decode kernel: 16 (non-portable above 8) for the
+// m <= 2 kernels, 8 for the staged ones.
+inline int max_decode_cluster_size(int kernel) { return kernel <= kDecodeW16 ? 16 : 8; }
 // Largest m of the cluster decode kernels (beyond it the split-K decode kernel is faster).
 constexpr int kClusterDecodeMaxM = 2;
 
@@ -206,45 +209,6 @@ inline Plan choose_staged_decode(int64_t m, int64_t n, int64_t k, int64_t N, int
 // programmatic dependent launch (decode_plan_overlaps_launch, below).
 constexpr int64_t kOverlapMaxRowsPerWarp = 64;
 
-// Decode (m <= 2) on sm_90. Each 128-column tile gets P = W x S warps along k (W warps per block,
-// clusters of S blocks): the largest P such that
-//   - the grid stays within 1.7 blocks of 8 warps per SM (as the staged kernel),
-//   - 16-warp blocks (one per SM) stay within 0.75 blocks per SM: a grid of 16 tiles x clusters of
-//     7 or 8 ran 1.4-1.7x slower than clusters of 6 (the clusters do not fit the GPCs in one wave),
-//   - every warp keeps a useful run of rows: >= 16 (W = 4) / 12 (W = 16) at m = 1, >= 12 (W = 8) /
-//     16 (W = 16) at m = 2;
-// with W in {4, 16} at m = 1 and {8, 16} at m = 2 (the narrower on a tie). Where that leaves each
-// warp more than kOverlapMaxRowsPerWarp rows (long k-ranges, which the cluster kernels run without
-// dependent launch) the staged kernel's plan is taken instead. Fitted in session 13 to
-// tools/decode_sweep.py on H100 (m = 1, 2; 10 Llama shapes x 4 sparsities; every cluster and staged
-// plan, cluster sizes 1..8, CUDA graphs of back-to-back calls as the binding launches them): the
-// pick is 1.5 / 2.0% above the best plan on geomean at m = 1 / 2 (worst point 1.19 / 1.21x), the
-// session-10 rule 6.4 / 12.3% (worst 1.35 / 1.56x) (experiments/s13_decode_sweep_m12.csv); in an
-// independent re-run with this rule 1.5 / 1.9% against 6.0 / 11.9%, and 1.04 / 1.10x faster than
-// the session-10 rule's picks on geomean (experiments/s13_decode_sweep_m12_check.csv).
-inline Plan choose_cluster_decode(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, int num_sms) {
-  const int64_t tiles = ceil_div_i(n, 128);
-  const int64_t rows = k / M * N;
-  const int64_t max_warps = static_cast<int64_t>(num_sms) * kDecodeBlocksPerSm10 / 10 * 8;
-  const int64_t max_w16_blocks = static_cast<int64_t>(num_sms) * 3 / 4;
-  const int narrow = m <= 1 ? 4 : 8;
-  int best_w = narrow, best_s = 1;
-  for (const int w : {narrow, 16}) {
-    const int64_t min_rows = m <= 1 ? (w == 16 ? 12 : 16) : (w == 16 ? 16 : 12);
-    for (int s = 1; s <= 8; ++s) {
-      const int64_t p = static_cast<int64_t>(w) * s;
-      if (p <= static_cast<int64_t>(best_w) * best_s) continue;
-      if (tiles * p > max_warps || (w == 16 && tiles * s > max_w16_blocks) || rows < p * min_rows) continue;
-      best_w = w;
-      best_s = s;
-    }
-  }
-  if (rows > static_cast<int64_t>(best_w) * best_s * kOverlapMaxRowsPerWarp && M <= 512)
-    return staged_decode_plan(n, k, M, num_sms);
-  const int kernel = best_w == 4 ? kDecodeW4 : best_w == 8 ? kDecodeW8 : kDecodeW16;
-  return {kernel, best_s};
-}
-
 // Whether a decode plan on sm_90 is launched with programmatic dependent launch (the kernel starts
 // while the kernel before it in the stream runs and issues its first weight loads before it waits
 // for it; spmm_decode_cluster.cu / spmm_decode_staged.cu). What that overlaps is the call's fixed
@@ -263,12 +227,63 @@ inline bool decode_plan_overlaps_launch(const Plan& plan, int64_t k, int64_t N, 
   return rows_per_warp <= kOverlapMaxRowsPerWarp;
 }
 
+// Decode (m <= 2) on sm_90. Each 128-column tile gets P = W x S warps along k (W warps per block,
+// clusters of S blocks). Candidates: narrow blocks, W = 4 at m = 1 (S up to max_cluster, 16 where
+// the device places clusters of 16) and W = 8 at m = 2 (S up to 8), and 16-warp blocks (S up to 8),
+// each within
+//   - a grid of 1.5 (m = 1) / 1.7 (m = 2) blocks of 8 warps per SM,
+//   - for 16-warp blocks (one per SM), 0.75 blocks per SM: a grid of 16 tiles x clusters of 7 or 8
+//     ran 1.4-1.7x slower than clusters of 6 (the clusters do not fit the GPCs in one wave),
+//   - a useful run of rows per warp: >= 14 (W = 4) / 12 (W = 8, 16).
+// The pick has the most warps per tile, a 16-warp plan counting 0.7 of its warps (it is taken only
+// with > 1.43x the warps of the best narrow plan); narrow on a tie. Where its warps would walk more
+// than kOverlapMaxRowsPerWarp rows (no dependent launch, decode_plan_overlaps_launch) the staged
+// kernel's plan is taken instead. Fitted in session 14 to tools/decode_sweep.py on H100 (m = 1, 2;
+// 13 Llama shapes x 4 sparsities, every cluster plan with S = 1..16 and every staged plan, CUDA
+// graphs of back-to-back calls; tools/fit_cluster_decode_rule.py): the pick is 2.0 / 4.1% above the
+// best plan on geomean at m = 1 / 2 (worst point 1.13 / 1.16x), the session-13 rule 5.8 / 5.2%
+// (worst 1.29 / 1.45x); an independent re-run gave the same within 0.1%
+// (experiments/s14_decode_sweep_m12_{a,b}.csv).
+constexpr int64_t kClusterDecodeBlocksPerSm10M1 = 15;
+constexpr int kClusterDecodeW16Weight10 = 7;
+inline Plan choose_cluster_decode(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, int num_sms,
+                                  int max_cluster = 16) {
+  const int64_t tiles = ceil_div_i(n, 128);
+  const int64_t rows = k / M * N;
+  const int64_t max_warps = static_cast<int64_t>(num_sms) *
+                            (m <= 1 ? kClusterDecodeBlocksPerSm10M1 : kDecodeBlocksPerSm10) / 10 * 8;
+  const int64_t max_w16_blocks = static_cast<int64_t>(num_sms) * 3 / 4;
+  const int narrow = m <= 1 ? 4 : 8;
+  const int narrow_max_s = m <= 1 ? std::clamp(max_cluster, 1, 16) : 8;
+  int best_w = narrow, best_s = 1;
+  int64_t best_score = 0;
+  for (const int w : {narrow, 16}) {
+    const int64_t min_rows = w == 4 ? 14 : 12;
+    const int max_s = w == 16 ? 8 : narrow_max_s;
+    for (int s = 1; s <= max_s; ++s) {
+      const int64_t p = static_cast<int64_t>(w) * s;
+      if (tiles * p > max_warps || (w == 16 && tiles * s > max_w16_blocks) || rows < p * min_rows) continue;
+      const int64_t score = p * (w == 16 ? kClusterDecodeW16Weight10 : 10);
+      if (score > best_score) {
+        best_w = w;
+        best_s = s;
+        best_score = score;
+      }
+    }
+  }
+  const Plan plan{best_w == 4 ? kDecodeW4 : best_w == 8 ? kDecodeW8 : kDecodeW16, best_s};
+  if (!decode_plan_overlaps_launch(plan, k, N, M) && M <= 512) return staged_decode_plan(n, k, M, num_sms);
+  return plan;
+}
+
 // clusters: the device has thread-block clusters (compute capability >= 9.0).
+// max_cluster: the largest cluster of the m <= 2 decode kernels the device places (16 on H100 /
+// H200; 8 is always portable).
 inline Plan choose_plan(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, int64_t L,
-                        bool has_col_info, int num_sms, bool clusters = true) {
+                        bool has_col_info, int num_sms, bool clusters = true, int max_cluster = 16) {
   if (num_sms <= 0) num_sms = 132;
   if (L < 4 || (L < 16 && m > 16)) return {kGeneric, 1};
-  if (m <= kClusterDecodeMaxM && clusters) return choose_cluster_decode(m, n, k, N, M, num_sms);
+  if (m <= kClusterDecodeMaxM && clusters) return choose_cluster_decode(m, n, k, N, M, num_sms, max_cluster);
   if (m <= 16) {
     if (clusters) {
       const Plan staged = choose_staged_decode(m, n, k, N, M, num_sms);

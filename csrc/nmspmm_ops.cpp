@@ -21,8 +21,10 @@ namespace nmspmm {
 // no tensors involved, so it works on any build).
 static std::vector<int64_t> spmm_heuristic(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M,
                                            int64_t L, bool has_col_info, int64_t num_sms,
-                                           bool clusters) {
-  const Plan p = choose_plan(m, n, k, N, M, L, has_col_info, static_cast<int>(num_sms), clusters);
+                                           bool clusters, int64_t max_cluster) {
+  TORCH_CHECK(max_cluster >= 1, "nmspmm.spmm_heuristic: max_cluster must be >= 1, got ", max_cluster);
+  const Plan p = choose_plan(m, n, k, N, M, L, has_col_info, static_cast<int>(num_sms), clusters,
+                             static_cast<int>(std::min<int64_t>(max_cluster, 16)));
   return {static_cast<int64_t>(p.kernel), p.split_k};
 }
 
@@ -47,7 +49,7 @@ TORCH_LIBRARY(nmspmm, m) {
       "Tensor? col_info, Tensor? packed_indices, int kernel, int split_k) -> Tensor");
   m.def(
       "spmm_heuristic(int m, int n, int k, int N, int M, int L, bool has_col_info, int num_sms, "
-      "bool clusters=True) -> int[]",
+      "bool clusters=True, int max_cluster=16) -> int[]",
       &spmm_heuristic);
 }
 

@@ -270,7 +270,7 @@ def test_llama_shapes(shape, pattern):
     # Forced plans: decode with and without split-K, every tiled and packed kernel.
     # The staged decode kernels at these k run several double-buffered x chunks per block.
     for kernel, split_k, m in [(DECODE, 1, 16), (DECODE, 8, 3), (12, 8, 1), (12, 2, 2), (13, 1, 1),
-                               (14, 4, 2), (15, 1, 16), (15, 8, 5), (16, 2, 9), (16, 4, 1), (17, 1, 3),
+                               (12, 16, 1), (12, 11, 2), (13, 16, 2), (14, 16, 1), (14, 4, 2), (15, 1, 16), (15, 8, 5), (16, 2, 9), (16, 4, 1), (17, 1, 3),
                                (17, 8, 16)] + [(k, s, 256) for k in TILED + PACKED for s in (1, 4)]:
         run_checked(w, torch.randn(m, w.k, device=DEV), kernel, split_k, w.bias)
 
@@ -517,7 +517,8 @@ def test_weight_written_by_the_previous_call(plan):
         check(yb, ref_b, max((xb.double().abs() @ dense_b.abs().t()).max().item(), 1e-30))
 
 
-@pytest.mark.parametrize("kernel,split_k", [(DECODE, 16), (DECODE, 64), (12, 8), (14, 8), (15, 8), (17, 8)])
+@pytest.mark.parametrize("kernel,split_k", [(DECODE, 16), (DECODE, 64), (12, 8), (12, 16), (14, 8), (15, 8),
+                                            (17, 8)])
 def test_more_splits_than_windows(kernel, split_k):
     # Decode with more k-splits than windows: the empty splits contribute zeros.
     w = small_weight(2, 32, 32)  # k = 224: 7 windows

@@ -50,8 +50,8 @@ LS = [1, 2, 4, 8, 16, 32, 64, 128]
 SMS = [132, 108, 78, 1, 0]
 
 
-def plan(m, n, k, N, M, L, has_col_info, sms=132, clusters=True):
-    p = ops.spmm_heuristic(m, n, k, N, M, L, has_col_info, sms, clusters)
+def plan(m, n, k, N, M, L, has_col_info, sms=132, clusters=True, max_cluster=16):
+    p = ops.spmm_heuristic(m, n, k, N, M, L, has_col_info, sms, clusters, max_cluster)
     assert isinstance(p, list) and len(p) == 2
     return p[0], p[1]
 
@@ -64,7 +64,7 @@ def _check(m, n, k, N, M, L, has_col_info, sms, clusters=True):
     assert supports(kernel, m, N, M, L, has_col_info), where
     assert isinstance(split_k, int) and 1 <= split_k <= 64, where
     if kernel in CLUSTER_DECODE:
-        pass  # any cluster size 1..8 (below)
+        pass  # any cluster size 1..16 / 1..8 (below)
     elif kernel not in STAGED_DECODE:
         assert split_k & (split_k - 1) == 0, where  # powers of two
     else:
@@ -83,14 +83,16 @@ def _check(m, n, k, N, M, L, has_col_info, sms, clusters=True):
     if m <= 2 and L >= 4:
         assert kernel in (set(CLUSTER_DECODE) | STAGED_DECODE if clusters else {DECODE}), where
         if kernel in CLUSTER_DECODE and sms > 0:
-            # Within 1.7 blocks of 8 warps per SM, and 16-warp blocks within 0.75 per SM.
+            # Within 1.5 (m = 1) / 1.7 (m = 2) blocks of 8 warps per SM, and 16-warp blocks within
+            # 0.75 per SM.
             warps = -(-n // 128) * split_k * (4 << (kernel - 12))
-            assert split_k == 1 or warps <= sms * 17 // 10 * 8, where
+            assert split_k == 1 or warps <= sms * (15 if m == 1 else 17) // 10 * 8, where
             assert kernel != 14 or split_k == 1 or -(-n // 128) * split_k <= sms * 3 // 4, where
     elif m <= 16 and L >= 4:
         assert kernel in ({DECODE} | STAGED_DECODE if clusters else {DECODE}), where
     if kernel in CLUSTER_DECODE or kernel in STAGED_DECODE:
-        assert 1 <= split_k <= 8, where  # the cluster size
+        # The cluster size: up to 16 (non-portable) only for 4-warp blocks at m = 1.
+        assert 1 <= split_k <= (16 if kernel == 12 and m == 1 else 8), where
     if kernel in PACKED:
         assert has_col_info, where
     return kernel, split_k
@@ -131,14 +133,16 @@ def test_heuristic_decode_for_small_m():
         assert plan(m, 4096, 4096, 4, 32, L, True, clusters=False)[0] == DECODE
 
 
-# (m, n, k, N) -> (kernel, cluster size) measured best or within 2% of it on H100 (session-13
-# sweep, m = 1, 2, every cluster and staged plan: experiments/s13_decode_sweep_m12.csv).
-SMALL_M_PICKS = {(1, 4096, 4096, 4): (12, 8), (1, 4096, 4096, 8): (14, 3), (1, 4096, 11008, 4): (14, 3),
-                 (1, 4096, 14336, 16): (15, 7), (1, 11008, 4096, 8): (12, 5), (1, 11008, 4096, 16): (16, 5),
-                 (1, 14336, 4096, 4): (12, 4), (1, 1024, 4096, 16): (14, 8), (1, 2048, 8192, 12): (14, 6),
-                 (1, 512, 2048, 8): (12, 8), (2, 4096, 4096, 4): (13, 5), (2, 4096, 11008, 8): (13, 7),
-                 (2, 4096, 11008, 16): (15, 7), (2, 14336, 4096, 8): (13, 2), (2, 1024, 4096, 16): (14, 8),
-                 (2, 2048, 8192, 8): (14, 6), (2, 512, 2048, 12): (13, 8)}
+# (m, n, k, N) -> (kernel, cluster size) measured best or within 2% of it on H100 in two runs
+# (session-14 sweep, m = 1, 2, every cluster plan with cluster sizes 1..16 and every staged plan:
+# experiments/s14_decode_sweep_m12_{a,b}.csv).
+SMALL_M_PICKS = {(1, 512, 2048, 12): (12, 13), (1, 1024, 4096, 8): (12, 16), (1, 2048, 2048, 16): (12, 16),
+                 (1, 3072, 3072, 16): (12, 16), (1, 4096, 4096, 4): (12, 9), (1, 4096, 4096, 16): (12, 12),
+                 (1, 4096, 11008, 8): (12, 12), (1, 4096, 14336, 4): (12, 12), (1, 1024, 4096, 12): (14, 8),
+                 (1, 2048, 8192, 12): (14, 6), (1, 2048, 2048, 4): (12, 4), (1, 8192, 2048, 8): (12, 6),
+                 (1, 4096, 14336, 16): (15, 7), (1, 1024, 8192, 8): (14, 8), (2, 14336, 4096, 4): (13, 2),
+                 (2, 4096, 4096, 16): (13, 7), (2, 8192, 2048, 4): (13, 2), (2, 3072, 3072, 16): (13, 8),
+                 (2, 4096, 4096, 12): (13, 7)}
 
 
 @pytest.mark.parametrize("point", list(SMALL_M_PICKS), ids=str)
@@ -147,11 +151,20 @@ def test_heuristic_small_m_decode_plan(point):
     assert plan(m, n, k, N, 32, 32, False) == SMALL_M_PICKS[point]
 
 
+def test_heuristic_small_m_portable_cluster_sizes():
+    # A device that does not place clusters of 16 (max_cluster 8): every m <= 2 plan stays within 8.
+    for (n, k), N, m in itertools.product(SHAPES[:6] + [(512, 2048), (2048, 2048)], (4, 8, 12, 16), (1, 2)):
+        kernel, split_k = plan(m, n, k, N, 32, 32, False, max_cluster=8)
+        assert 1 <= split_k <= 8, (m, n, k, N, kernel, split_k)
+    with pytest.raises(RuntimeError, match="max_cluster must be >= 1"):
+        ops.spmm_heuristic(1, 4096, 4096, 4, 32, 32, False, 132, True, 0)
+
+
 def test_heuristic_small_m_without_staged_tile_keeps_cluster_kernel():
     # M > 512: the staged kernel cannot run, so long k-ranges stay on a cluster decode kernel.
     for m in (1, 2):
         kernel, split_k = plan(m, 4096, 65536, 512, 1024, 32, False)
-        assert kernel in CLUSTER_DECODE and 1 <= split_k <= 8
+        assert kernel in CLUSTER_DECODE and 1 <= split_k <= (16 if m == 1 else 8)
 
 
 # (m, n, k, N) -> plan, measured best or within 2% of it on H100 (session-10 sweep, cluster sizes

@@ -44,6 +44,20 @@ bool has_clusters(int device) {
   return cache[device] == 2;
 }
 
+// The largest cluster of the m <= 2 decode kernels the device places (the heuristic's
+// max_cluster): 16 on H100 / H200, 8 where clusters of 16 do not fit. Queried once per device.
+int decode_max_cluster(int device) {
+  constexpr int kMaxDevices = 64;
+  static int cache[kMaxDevices] = {};
+  if (device < 0 || device >= kMaxDevices) return 8;
+  if (cache[device] == 0) {
+    int size = 8;
+    C10_CUDA_CHECK(kernels::decode_cluster_max_size(&size));
+    cache[device] = size;
+  }
+  return cache[device];
+}
+
 // NMSPMM_NO_CLUSTER_SPLIT=1 (read once) reduces the tiled kernels' split-K through the workspace
 // even where clusters exist: an A/B switch for measuring the cluster reduction, not a tuning knob.
 bool cluster_split_enabled() {
@@ -167,7 +181,8 @@ at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const a
   if (m == 0 || out == 0) return y.to(dtype).reshape(out_shape);
 
   Plan plan = forced ? Plan{static_cast<int>(kernel), static_cast<int>(split_k)}
-                     : choose_plan(m, out, in, N, M, L, has_col_info, sm_count(x.get_device()), clusters);
+                     : choose_plan(m, out, in, N, M, L, has_col_info, sm_count(x.get_device()), clusters,
+                                   clusters && m <= kClusterDecodeMaxM ? decode_max_cluster(x.get_device()) : 8);
   if (plan.kernel == kGeneric) plan.split_k = 1;
 
   const at::Tensor idx = (is_packed_kernel(plan.kernel) ? *packed_indices : indices).contiguous();

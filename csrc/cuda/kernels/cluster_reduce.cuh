@@ -42,7 +42,7 @@ __device__ __forceinline__ void reduce_over_block_and_cluster(float4* red, int e
   cg::cluster_group cluster = cg::this_cluster();
   cluster.sync();
   const int cs = static_cast<int>(cluster.num_blocks());
-  const int slice = (elems + cs - 1) / cs;  // cs in 1..8: the last rank's slice may be short
+  const int slice = (elems + cs - 1) / cs;  // the last rank's slice may be short
   const int rank = static_cast<int>(cluster.block_rank());
   for (int t = tid; t < slice && rank * slice + t < elems; t += nthreads) {
     const int e = rank * slice + t;
@@ -57,8 +57,8 @@ __device__ __forceinline__ void reduce_over_block_and_cluster(float4* red, int e
 }
 
 // Launches kernel(p) on a grid of (tiles, split_k) blocks in which the split_k blocks of a column
-// tile form one thread-block cluster (split_k in 1..8: the launchers check), with programmatic
-// dependent launch where p.dependent_launch is set.
+// tile form one thread-block cluster, with programmatic
+// dependent launch where p.dependent_launch is set. (split_k: 1..16, the launchers check.)
 template <class Kernel>
 inline cudaError_t launch_split_k_clusters(Kernel kernel, const SpmmParams& p, int64_t tiles, int threads,
                                            size_t smem_bytes, cudaStream_t stream) {

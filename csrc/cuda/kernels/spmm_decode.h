@@ -6,8 +6,12 @@
 namespace nmspmm {
 namespace kernels {
 
-// m <= 2, L >= 4: `warps` warps per block (4, 8 or 16) and p.split_k blocks per cluster (1..8)
-// splitting k. Needs compute capability 9.0 (thread-block clusters).
+// Largest cluster of the m <= 2 kernels: above 8 blocks a cluster size is non-portable (H100 and
+// H200 take 16). Matches max_decode_cluster_size in dispatch.h.
+constexpr int kMaxDecodeClusterSize = 16;
+
+// m <= 2, L >= 4: `warps` warps per block (4, 8 or 16) and p.split_k blocks per cluster
+// (1..kMaxDecodeClusterSize) splitting k. Needs compute capability 9.0 (thread-block clusters).
 cudaError_t launch_decode_cluster(const SpmmParams& p, int warps, cudaStream_t stream);
 
 // m <= 16, L >= 4, M <= 512 (spmm_decode_staged.cu): 8 warps per block over 128 x `col_warps`

@@ -22,6 +22,7 @@
 
 #include "cluster_reduce.cuh"
 #include "launch_overlap.cuh"
+#include "smem_limit.h"
 #include "spmm_decode.h"
 
 namespace nmspmm {
@@ -128,8 +129,19 @@ __global__ void __launch_bounds__(W * 32) spmm_decode_cluster_kernel(const SpmmP
 #endif
 }
 
+// Clusters of more than 8 blocks are non-portable: allowed once per kernel and device.
+template <int MR, int W>
+cudaError_t allow_large_clusters() {
+  static bool configured[kMaxDevices] = {};
+  return allow_large_clusters_once(configured, spmm_decode_cluster_kernel<MR, W>);
+}
+
 template <int MR, int W>
 cudaError_t launch_one(const SpmmParams& p, cudaStream_t stream) {
+  if (p.split_k > 8) {
+    const cudaError_t err = allow_large_clusters<MR, W>();
+    if (err != cudaSuccess) return err;
+  }
   return launch_split_k_clusters(spmm_decode_cluster_kernel<MR, W>, p, (p.n + kClusterCols - 1) / kClusterCols,
                                  W * 32, 0, stream);
 }
@@ -146,9 +158,30 @@ cudaError_t launch_warps(const SpmmParams& p, int warps, cudaStream_t stream) {
 
 }  // namespace
 
+cudaError_t decode_cluster_max_size(int* size) {
+  *size = 8;
+  cudaError_t err = allow_large_clusters<1, 4>();
+  if (err != cudaSuccess) return err;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(1, kMaxDecodeClusterSize, 1);
+  cfg.blockDim = dim3(4 * 32, 1, 1);
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = 1;
+  attr[0].val.clusterDim.y = kMaxDecodeClusterSize;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  int clusters = 0;
+  err = cudaOccupancyMaxActiveClusters(&clusters, spmm_decode_cluster_kernel<1, 4>, &cfg);
+  if (err != cudaSuccess) return err;
+  if (clusters >= 1) *size = kMaxDecodeClusterSize;
+  return cudaSuccess;
+}
+
 cudaError_t launch_decode_cluster(const SpmmParams& p, int warps, cudaStream_t stream) {
   if (p.m < 1 || p.m > 2 || p.L < 4 || p.n % 4 != 0) return cudaErrorInvalidValue;
-  if (p.split_k < 1 || p.split_k > 8) return cudaErrorInvalidValue;  // the cluster size
+  if (p.split_k < 1 || p.split_k > kMaxDecodeClusterSize) return cudaErrorInvalidValue;  // the cluster size
   if (reinterpret_cast<uintptr_t>(p.values) % 16 != 0 || reinterpret_cast<uintptr_t>(p.y) % 16 != 0 ||
       (p.bias != nullptr && reinterpret_cast<uintptr_t>(p.bias) % 16 != 0))
     return cudaErrorMisalignedAddress;
