@@ -228,10 +228,10 @@ inline bool decode_plan_overlaps_launch(const Plan& plan, int64_t k, int64_t N, 
 }
 
 // Decode (m <= 2) on sm_90. Each 128-column tile gets P = W x S warps along k (W warps per block,
-// clusters of S blocks). Candidates: narrow blocks, W = 4 at m = 1 (S up to max_cluster, 16 where
-// the device places clusters of 16) and W = 8 at m = 2 (S up to 8), and 16-warp blocks (S up to 8),
-// each within
-//   - a grid of 1.5 (m = 1) / 1.7 (m = 2) blocks of 8 warps per SM,
+// clusters of S blocks). Candidates: narrow blocks, W = 4 at m = 1 (S up to 16 on layers of at most
+// 16 tiles, else 12, and at most max_cluster: 16 where the device places clusters of 16) and W = 8
+// at m = 2 (S up to 8), and 16-warp blocks (S up to 8), each within
+//   - a grid of 1.7 blocks of 8 warps per SM (as the staged kernel),
 //   - for 16-warp blocks (one per SM), 0.75 blocks per SM: a grid of 16 tiles x clusters of 7 or 8
 //     ran 1.4-1.7x slower than clusters of 6 (the clusters do not fit the GPCs in one wave),
 //   - a useful run of rows per warp: >= 14 (W = 4) / 12 (W = 8, 16).
@@ -240,21 +240,19 @@ inline bool decode_plan_overlaps_launch(const Plan& plan, int64_t k, int64_t N, 
 // than kOverlapMaxRowsPerWarp rows (no dependent launch, decode_plan_overlaps_launch) the staged
 // kernel's plan is taken instead. Fitted in session 14 to tools/decode_sweep.py on H100 (m = 1, 2;
 // 13 Llama shapes x 4 sparsities, every cluster plan with S = 1..16 and every staged plan, CUDA
-// graphs of back-to-back calls; tools/fit_cluster_decode_rule.py): the pick is 2.0 / 4.1% above the
+// graphs of back-to-back calls; tools/fit_cluster_decode_rule.py): the pick is 1.4 / 4.1% above the
 // best plan on geomean at m = 1 / 2 (worst point 1.13 / 1.16x), the session-13 rule 5.8 / 5.2%
 // (worst 1.29 / 1.45x); an independent re-run gave the same within 0.1%
 // (experiments/s14_decode_sweep_m12_{a,b}.csv).
-constexpr int64_t kClusterDecodeBlocksPerSm10M1 = 15;
 constexpr int kClusterDecodeW16Weight10 = 7;
 inline Plan choose_cluster_decode(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, int num_sms,
                                   int max_cluster = 16) {
   const int64_t tiles = ceil_div_i(n, 128);
   const int64_t rows = k / M * N;
-  const int64_t max_warps = static_cast<int64_t>(num_sms) *
-                            (m <= 1 ? kClusterDecodeBlocksPerSm10M1 : kDecodeBlocksPerSm10) / 10 * 8;
+  const int64_t max_warps = static_cast<int64_t>(num_sms) * kDecodeBlocksPerSm10 / 10 * 8;
   const int64_t max_w16_blocks = static_cast<int64_t>(num_sms) * 3 / 4;
   const int narrow = m <= 1 ? 4 : 8;
-  const int narrow_max_s = m <= 1 ? std::clamp(max_cluster, 1, 16) : 8;
+  const int narrow_max_s = m <= 1 ? std::clamp(max_cluster, 1, tiles <= 16 ? 16 : 12) : 8;
   int best_w = narrow, best_s = 1;
   int64_t best_score = 0;
   for (const int w : {narrow, 16}) {

@@ -269,9 +269,10 @@ def test_llama_shapes(shape, pattern):
             run_checked(w, torch.randn(m, w.k, device=DEV), None, 1, w.bias, with_col_info)
     # Forced plans: decode with and without split-K, every tiled and packed kernel.
     # The staged decode kernels at these k run several double-buffered x chunks per block.
+    # Cluster decode kernels also with non-portable clusters of 11 and 16 blocks.
     for kernel, split_k, m in [(DECODE, 1, 16), (DECODE, 8, 3), (12, 8, 1), (12, 2, 2), (13, 1, 1),
-                               (12, 16, 1), (12, 11, 2), (13, 16, 2), (14, 16, 1), (14, 4, 2), (15, 1, 16), (15, 8, 5), (16, 2, 9), (16, 4, 1), (17, 1, 3),
-                               (17, 8, 16)] + [(k, s, 256) for k in TILED + PACKED for s in (1, 4)]:
+                               (12, 16, 1), (12, 11, 2), (13, 16, 2), (14, 16, 1), (14, 4, 2), (15, 1, 16),
+                               (15, 8, 5), (16, 2, 9), (16, 4, 1), (17, 1, 3), (17, 8, 16)] + [(k, s, 256) for k in TILED + PACKED for s in (1, 4)]:
         run_checked(w, torch.randn(m, w.k, device=DEV), kernel, split_k, w.bias)
 
 
@@ -515,6 +516,25 @@ def test_weight_written_by_the_previous_call(plan):
         dense_b = _dense64(ya.view(rows, nb), idx_b, N, M, L)
         ref_b = xb.double() @ dense_b.t()
         check(yb, ref_b, max((xb.double().abs() @ dense_b.abs().t()).max().item(), 1e-30))
+
+
+@pytest.mark.parametrize("m", [1, 2])
+@pytest.mark.parametrize("shape", [(4096, 4096), (1024, 4096), (2048, 2048), (512, 2048)], ids=str)
+def test_binding_runs_the_heuristic_plan(shape, m):
+    # The binding asks the heuristic with the device's largest cluster (an occupancy query, 16 on
+    # H100 / H200), so on such a device ops.spmm runs spmm_heuristic's plan: bitwise the same output
+    # (another cluster size sums in another order, which changes low bits).
+    if torch.cuda.get_device_capability() != (9, 0) or num_sms() != 132:
+        pytest.skip("the heuristic's default max_cluster (16) is the H100 / H200 value")
+    n, k = shape
+    for N in (4, 16):
+        w = large_weight(n, k, N, 32)
+        vals, idx = w.args()[:2]
+        x = torch.randn(m, k, device=DEV)
+        kernel, split_k = ops.spmm_heuristic(m, n, k, N, 32, 32, False, num_sms())
+        y = ops.spmm(x, vals, idx, N, 32, 32)
+        y_plan = ops.spmm_with_plan(x, vals, idx, N, 32, 32, None, None, None, kernel, split_k)
+        assert torch.equal(y, y_plan), (shape, m, N, kernel, split_k)
 
 
 @pytest.mark.parametrize("kernel,split_k", [(DECODE, 16), (DECODE, 64), (12, 8), (12, 16), (14, 8), (15, 8),
