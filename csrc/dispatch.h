@@ -229,8 +229,8 @@ inline bool decode_plan_overlaps_launch(const Plan& plan, int64_t k, int64_t N, 
 
 // Decode (m <= 2) on sm_90. Each 128-column tile gets P = W x S warps along k (W warps per block,
 // clusters of S blocks). Candidates: narrow blocks, W = 4 at m = 1 (S up to 16 on layers of at most
-// 16 tiles, else 12, and at most max_cluster: 16 where the device places clusters of 16) and W = 8
-// at m = 2 (S up to 8), and 16-warp blocks (S up to 8), each within
+// 16 tiles, 12 up to 32 tiles, else 8, and at most max_cluster: 16 where the device places clusters
+// of 16) and W = 8 at m = 2 (S up to 8), and 16-warp blocks (S up to 8), each within
 //   - a grid of 1.7 blocks of 8 warps per SM (as the staged kernel),
 //   - for 16-warp blocks (one per SM), 0.75 blocks per SM: a grid of 16 tiles x clusters of 7 or 8
 //     ran 1.4-1.7x slower than clusters of 6 (the clusters do not fit the GPCs in one wave),
@@ -252,7 +252,7 @@ inline Plan choose_cluster_decode(int64_t m, int64_t n, int64_t k, int64_t N, in
   const int64_t max_warps = static_cast<int64_t>(num_sms) * kDecodeBlocksPerSm10 / 10 * 8;
   const int64_t max_w16_blocks = static_cast<int64_t>(num_sms) * 3 / 4;
   const int narrow = m <= 1 ? 4 : 8;
-  const int narrow_max_s = m <= 1 ? std::clamp(max_cluster, 1, tiles <= 16 ? 16 : 12) : 8;
+  const int narrow_max_s = m <= 1 ? std::clamp(max_cluster, 1, tiles <= 16 ? 16 : tiles <= 32 ? 12 : 8) : 8;
   int best_w = narrow, best_s = 1;
   int64_t best_score = 0;
   for (const int w : {narrow, 16}) {

@@ -91,8 +91,9 @@ def _check(m, n, k, N, M, L, has_col_info, sms, clusters=True):
         assert kernel in ({DECODE} | STAGED_DECODE if clusters else {DECODE}), where
     if kernel in CLUSTER_DECODE or kernel in STAGED_DECODE:
         # The cluster size: up to 16 (non-portable) only for 4-warp blocks at m = 1, on layers of at
-        # most 16 column tiles (else 12).
-        assert 1 <= split_k <= ((16 if n <= 2048 else 12) if kernel == 12 and m == 1 else 8), where
+        # most 16 column tiles (12 up to 32 tiles).
+        limit = 16 if n <= 2048 else 12 if n <= 4096 else 8
+        assert 1 <= split_k <= (limit if kernel == 12 and m == 1 else 8), where
     if kernel in PACKED:
         assert has_col_info, where
     return kernel, split_k

@@ -67,7 +67,7 @@ def rule_session14(m, n, k, N, M, sms, max_cluster=16):
     max_warps = sms * 17 // 10 * 8
     max_w16 = sms * 3 // 4
     narrow = 4 if m <= 1 else 8
-    narrow_max_s = min(max(max_cluster, 1), 16 if tiles <= 16 else 12) if m <= 1 else 8
+    narrow_max_s = min(max(max_cluster, 1), 16 if tiles <= 16 else 12 if tiles <= 32 else 8) if m <= 1 else 8
     bw, bs, best = narrow, 1, 0
     for w in (narrow, 16):
         min_rows = 14 if w == 4 else 12
