@@ -24,7 +24,7 @@ enum KernelId : int {
   kTiled256x128 = 10,   //                           256x128 (16x8)
   kTiled128x128w8 = 11, //                           128x128 (8x8)
   kDecodeW4 = 12,       // m <= 2, sm_90: k split over the W = 4, 8, 16 warps of a block and
-  kDecodeW8 = 13,       // over the split_k (1..8) blocks of a thread-block cluster,
+  kDecodeW8 = 13,       // over the split_k (1..16) blocks of a thread-block cluster,
   kDecodeW16 = 14,      // reduced through distributed shared memory (no workspace, one launch)
   kDecodeStaged128 = 15,  // m <= 16, sm_90: 8 warps per block over 128 / 256 / 512 output columns
   kDecodeStaged256 = 16,  // sharing one cp.async-staged copy of x, k split over the block's warps
