@@ -81,8 +81,18 @@ struct TiledConfig {
   static constexpr int A_ROWS = KB / A_GROUPS;
   static constexpr int D_PER_THREAD = ((FIXED ? WB : KB) * QT_MAX + THREADS - 1) / THREADS;
   // Blocks per SM the register allocation must allow (TM = 16 needs ~220-240 registers; a
-  // tighter bound spills).
-  static constexpr int MIN_BLOCKS = THREADS >= 256 && TM == 16 ? 1 : 2;
+  // tighter bound spills). With the bound at 2, ptxas gives the fixed-WB stages of the smaller
+  // tiles 150-200 registers, which leaves SMs with fewer warps than shared memory allows; where an
+  // H100 A/B of the register bound measured faster (experiments/s15_register_bound_ab.txt), those
+  // variants ask for more blocks: 64x128 3 (168 registers, WB = 16 and the k-block-64 WB = 8),
+  // 32x128 4 (128 registers, k-block 32, WB >= 8), 64x64 (2 warps) 6 (168 registers, WB <= 12).
+  static constexpr int MIN_BLOCKS =
+      THREADS >= 256 && TM == 16 ? 1
+      : !FIXED                   ? 2
+      : BM == 64 && BN == 128    ? ((KB == 32 && WB == 16) || KB == 64 ? 3 : 2)
+      : BM == 32 && BN == 128    ? (KB == 32 && WB >= 8 ? 4 : 2)
+      : BM == 64 && BN == 64     ? (WB <= 12 ? 6 : 2)
+                                 : 2;
   static_assert(WARPS_M >= 1 && WARPS_N >= 1, "tile too small for the warp layout");
   static_assert(TM == 4 || TM == 8 || TM == 16, "TM must be 4, 8 or 16");
   static_assert(THREADS % A_CPR == 0 && KB % A_GROUPS == 0 && A_ROWS >= 1, "bad A load mapping");
