@@ -19,43 +19,34 @@ namespace nmspmm {
 
 namespace {
 
-int sm_count(int device) {
-  constexpr int kMaxDevices = 64;
-  static int cache[kMaxDevices] = {};
-  if (device < 0 || device >= kMaxDevices) return 132;
-  if (cache[device] == 0) {
-    int v = 0;
-    C10_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, device));
-    cache[device] = v;
-  }
-  return cache[device];
-}
+// What the dispatch needs to know of a device, queried once per device (on its first call, under
+// the call's device guard): the SM count, whether it has thread-block clusters (compute capability
+// 9.0: the cluster decode kernels and the cluster split-K reduction), and the largest cluster of the
+// m <= 2 decode kernels it places (the heuristic's max_cluster: 16 on H100 / H200, 8 where clusters
+// of 16 do not fit).
+struct DeviceFacts {
+  int sms = 132;
+  bool clusters = false;
+  int decode_max_cluster = 8;
+};
 
-// Thread-block clusters (the cluster decode kernels) need compute capability 9.0.
-bool has_clusters(int device) {
+const DeviceFacts& device_facts(int device) {
   constexpr int kMaxDevices = 64;
-  static int cache[kMaxDevices] = {};  // 0 unknown, 1 no, 2 yes
-  if (device < 0 || device >= kMaxDevices) return false;
-  if (cache[device] == 0) {
+  static DeviceFacts facts[kMaxDevices];
+  static std::once_flag queried[kMaxDevices];
+  static const DeviceFacts unknown{};
+  if (device < 0 || device >= kMaxDevices) return unknown;
+  // A query that throws leaves the flag unset, so the next call asks again.
+  std::call_once(queried[device], [device] {
+    DeviceFacts f;
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&f.sms, cudaDevAttrMultiProcessorCount, device));
     int major = 0;
     C10_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-    cache[device] = major >= 9 ? 2 : 1;
-  }
-  return cache[device] == 2;
-}
-
-// The largest cluster of the m <= 2 decode kernels the device places (the heuristic's
-// max_cluster): 16 on H100 / H200, 8 where clusters of 16 do not fit. Queried once per device.
-int decode_max_cluster(int device) {
-  constexpr int kMaxDevices = 64;
-  static int cache[kMaxDevices] = {};
-  if (device < 0 || device >= kMaxDevices) return 8;
-  if (cache[device] == 0) {
-    int size = 8;
-    C10_CUDA_CHECK(kernels::decode_cluster_max_size(&size));
-    cache[device] = size;
-  }
-  return cache[device];
+    f.clusters = major >= 9;
+    if (f.clusters) C10_CUDA_CHECK(kernels::decode_cluster_max_size(&f.decode_max_cluster));
+    facts[device] = f;
+  });
+  return facts[device];
 }
 
 // NMSPMM_NO_CLUSTER_SPLIT=1 (read once) reduces the tiled kernels' split-K through the workspace
@@ -170,7 +161,8 @@ at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const a
     if (!aligned16(b.data_ptr())) b = b.clone();
   }
   const int64_t m = x2.size(0);
-  const bool clusters = has_clusters(x.get_device());
+  const DeviceFacts& device = device_facts(x.get_device());
+  const bool clusters = device.clusters;
   if (forced) {  // spmm_with_plan: the plan is checked even for an empty input, as on the CPU
     check_plan(kernel, split_k, m, N, M, L, has_col_info);
     TORCH_CHECK(!is_cluster_decode_kernel(static_cast<int>(kernel)) || clusters,
@@ -181,8 +173,8 @@ at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const a
   if (m == 0 || out == 0) return y.to(dtype).reshape(out_shape);
 
   Plan plan = forced ? Plan{static_cast<int>(kernel), static_cast<int>(split_k)}
-                     : choose_plan(m, out, in, N, M, L, has_col_info, sm_count(x.get_device()), clusters,
-                                   clusters && m <= kClusterDecodeMaxM ? decode_max_cluster(x.get_device()) : 8);
+                     : choose_plan(m, out, in, N, M, L, has_col_info, device.sms, clusters,
+                                   device.decode_max_cluster);
   if (plan.kernel == kGeneric) plan.split_k = 1;
 
   const at::Tensor idx = (is_packed_kernel(plan.kernel) ? *packed_indices : indices).contiguous();
