@@ -117,30 +117,41 @@ constexpr bool kHeuristicUsesPacking = false;
 
 inline int ceil_div_i(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
 
-// Cost model of the tiled kernels, fitted by tools/fit_cost_model.py to the H100 plan sweep
-// (tools/sweep_plans.py: 4788 timings, 152 shapes of NM-SpMM's dataset, 4 sparsities): one k-stage
-// of one block costs alpha + beta * wb microseconds (wb compressed rows per stage) while
-// blocks_per_sm blocks share an SM; alpha is per k-block of 32 (doubled for 64).
+// Cost model of the tiled kernels, fitted by tools/fit_cost_model.py to two H100 plan sweeps
+// (tools/sweep_plans.py): the session-15 sweep (4788 timings, 152 shapes of NM-SpMM's dataset x 4
+// sparsities, m = 256..4096) and the session-16 small-m sweep (7056 timings in CUDA graphs, the 21
+// (n, k) of the llama suite x m = 32, 64, 128 x 4 sparsities). One k-stage of one block costs
+//   alpha + beta * wb + r * (gamma + delta * wb)   microseconds
+// (wb compressed rows per stage; alpha and gamma per k-block of 32, doubled for 64) while r =
+// min(blocks_per_sm, ceil(ctas / SMs)) blocks share an SM: grids under one full wave (small m) run
+// their stages faster than a full SM does. Without the r terms (until session 15) the picks were
+// 14% / 10% / 7% above the best plan at m = 32 / 64 / 128; with them 1.1 / 3.3 / 5.3%, and
+// 3.5% on geomean over both sweeps (was 7.9%; out-of-sample, two-fold over the (n, k) pairs:
+// 3.7%). experiments/plan_sweep_session16_fit.txt.
 struct TiledCost {
   int kernel;
   int blocks_per_sm;
-  double alpha, beta;
+  double alpha, beta, gamma, delta;
   int max_M;  // largest M the kernel takes (k-block 32 only: 32)
 };
 constexpr TiledCost kTiledCosts[] = {
-    {kTiled128x256, 1, 0.392, 0.1713, 32},   {kTiled256x128, 1, 0.527, 0.1622, 32},
-    {kTiled128x128w8, 2, 0.390, 0.1487, 64}, {kTiled128x128, 2, 0.248, 0.1645, 64},
-    {kTiled64x128, 2, 0.190, 0.0862, 64},    {kTiled32x128, 4, 0.387, 0.0708, 64},
-    {kTiled64x64, 4, 0.467, 0.0613, 64},
+    {kTiled128x256, 1, 0.3074, 0.1710, 0.0, 0.0, 32},
+    {kTiled256x128, 1, 0.5015, 0.1568, 0.0, 0.0, 32},
+    {kTiled128x128w8, 2, 0.2529, 0.0237, 0.0583, 0.0677, 64},
+    {kTiled128x128, 2, -0.2060, 0.1000, 0.1901, 0.0345, 64},
+    {kTiled64x128, 2, 0.2283, 0.0240, -0.0570, 0.0309, 64},
+    {kTiled32x128, 4, 0.0668, 0.0290, 0.0266, 0.0153, 64},
+    {kTiled64x64, 4, 0.5199, 0.0141, -0.0390, 0.0140, 64},
     // Packing kernels: the session-2 fit at 4096^3 (used only if kHeuristicUsesPacking).
-    {kPacked128x128, 2, 1.591, 0.307, 64},   {kPacked64x128, 4, 1.218, 0.283, 64},
-    {kPacked32x128, 4, 0.621, 0.158, 64},
+    {kPacked128x128, 2, 1.591, 0.307, 0.0, 0.0, 64},
+    {kPacked64x128, 4, 1.218, 0.283, 0.0, 0.0, 64},
+    {kPacked32x128, 4, 0.621, 0.158, 0.0, 0.0, 64},
 };
 
 // Fixed cost of a split-K reduction in microseconds: through the workspace (a second launch), and
-// inside a cluster (split 2; fitted to the same-plan A/B of the cluster and workspace reductions).
-constexpr double kWorkspaceReduceUs = 8.68;
-constexpr double kClusterReduceUs = 3.59;
+// inside a cluster (split 2); fitted with the kernels' constants above.
+constexpr double kWorkspaceReduceUs = 6.03;
+constexpr double kClusterReduceUs = 2.69;
 
 // Estimated microseconds of a tiled kernel with `split` k-splits (plus the split-K reduction,
 // in a cluster when `clusters`, else through the workspace and a second launch).
@@ -148,15 +159,18 @@ inline double tiled_cost_us(const TiledCost& c, int64_t m, int64_t n, int64_t k,
                             int64_t M, int split, int num_sms, bool clusters = false) {
   const bool packed = is_packed_kernel(c.kernel);
   const int64_t kblock = (packed || M > 32) ? 64 : 32;
-  const double alpha = (!packed && kblock == 64) ? 2 * c.alpha : c.alpha;
+  const double scale = (!packed && kblock == 64) ? 2.0 : 1.0;
   const double wb = static_cast<double>(kblock / M * N);
   const TileShape t = tile_shape(c.kernel);
   const int64_t ctas = static_cast<int64_t>(ceil_div_i(m, t.bm)) * ceil_div_i(n, t.bn) * split;
-  // Whole waves of num_sms * blocks_per_sm blocks.
-  const double waves = static_cast<double>((ctas + static_cast<int64_t>(num_sms) * c.blocks_per_sm - 1) /
-                                           (static_cast<int64_t>(num_sms) * c.blocks_per_sm));
+  // Whole waves of num_sms * blocks_per_sm blocks; r blocks share an SM.
+  const int64_t slots = static_cast<int64_t>(num_sms) * c.blocks_per_sm;
+  const double waves = static_cast<double>((ctas + slots - 1) / slots);
+  const int64_t per_sm = (ctas + num_sms - 1) / num_sms;
+  const double r = static_cast<double>(per_sm < c.blocks_per_sm ? per_sm : c.blocks_per_sm);
   const int64_t stages = (ceil_div_i(k, kblock) + split - 1) / split;
-  double us = waves * static_cast<double>(stages) * (alpha + c.beta * wb);
+  const double stage_us = scale * (c.alpha + r * c.gamma) + (c.beta + r * c.delta) * wb;
+  double us = waves * static_cast<double>(stages) * stage_us;
   if (split > 1) {
     const double fixed = plan_reduces_in_cluster(c.kernel, split, clusters) ? kClusterReduceUs : kWorkspaceReduceUs;
     us += fixed + 0.900 * static_cast<double>(split + 1) * m * n * 4 / 1.0e6;

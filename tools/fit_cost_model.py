@@ -1,20 +1,26 @@
-"""Fit the heuristic's cost model (csrc/dispatch.h, kTiledCosts) to a plan sweep
+"""Fit the heuristic's cost model (csrc/dispatch.h, kTiledCosts) to plan sweeps
 (tools/sweep_plans.py) and report how close its picks come to the best measured plan.
 
-    python tools/fit_cost_model.py SWEEP.csv                 # committed constants + a refit
-    python tools/fit_cost_model.py SWEEP.csv --bps 3:3,5:6   # model other blocks per SM
+    python tools/fit_cost_model.py SWEEP.csv [SWEEP2.csv ...]        # committed constants + a refit
+    python tools/fit_cost_model.py SWEEP.csv --check-op              # replay == the C++ heuristic?
 
-Model, per kernel c and split s:  us = waves * stages * (alpha_c + beta_c * wb) + reduction(s)
-with waves = ceil(ctas / (sms * blocks_per_sm_c)) (whole waves), stages = ceil(k-blocks / s), and
-the reduction (s > 1) red_cluster (s = 2 on sm_90: inside a thread-block cluster) or red_workspace
-(s > 2: a second launch) + 0.9 us per MB of partial tiles. Linear in (alpha, beta) given the
-reduction constants, so a weighted least-squares fit on relative error does it.
+Model, per kernel c and split s (session 16: occupancy-aware):
+
+    us = waves * stages * (alpha_c + beta_c * wb + r * (gamma_c + delta_c * wb)) + reduction(s)
+
+waves = ceil(ctas / (sms * blocks_per_sm_c)) (whole waves), r = min(blocks_per_sm_c,
+ceil(ctas / sms)) the blocks that share an SM (fewer than blocks_per_sm_c only when the grid is under
+one full wave: small m), stages = ceil(k-blocks / s), wb = compressed rows per k-block (the alpha and
+gamma terms doubled for k-blocks of 64). The reduction (s > 1) is red_cluster (s = 2 on sm_90: inside
+a thread-block cluster) or red_workspace (s > 2: a second launch), + 0.9 us per MB of partial tiles.
+Linear in (alpha, beta, gamma, delta, red_cluster, red_workspace), so a weighted least-squares fit on
+relative error does it. Until session 15 the model had no r terms (every block priced as if the
+SM were full) and mispriced grids under one wave: 14% above the best plan at m = 32.
 
 `replay` is a Python copy of choose_plan's tiled part (kernel 11 only while its grid is under one
-block per SM; split 2 reduced in a cluster); with the committed constants it reproduces the picks
-that the sweep recorded (heur_kernel / heur_split), which the script checks. Pick quality is
-reported in-sample (fit on every shape) and out-of-sample (two-fold: fit on the shapes of one half
-of the (n, k) pairs, pick on the other)."""
+block per SM; split 2 reduced in a cluster); --check-op compares it with torch.ops.nmspmm.spmm_heuristic
+on every swept shape (the CPU build has the op). Pick quality is reported in-sample (fit on every shape)
+and out-of-sample (two-fold: fit on the shapes of one half of the (n, k) pairs, pick on the other)."""
 import argparse
 import csv
 import math
@@ -27,30 +33,41 @@ TILE = {2: (128, 128), 3: (64, 128), 4: (32, 128), 5: (64, 64), 9: (128, 256), 1
 NAMES = {2: "kTiled128x128", 3: "kTiled64x128", 4: "kTiled32x128", 5: "kTiled64x64", 9: "kTiled128x256",
          10: "kTiled256x128", 11: "kTiled128x128w8"}
 KERNELS = sorted(TILE)
-# Committed csrc/dispatch.h constants: blocks per SM, alpha, beta; reductions.
-COMMITTED = {9: (1, 0.392, 0.1713), 10: (1, 0.527, 0.1622), 11: (2, 0.390, 0.1487), 2: (2, 0.248, 0.1645),
-             3: (2, 0.190, 0.0862), 4: (4, 0.387, 0.0708), 5: (4, 0.467, 0.0613)}
-RED_WORKSPACE, RED_CLUSTER, RED_PER_MB = 8.68, 3.59, 0.900
+# Committed csrc/dispatch.h constants: blocks per SM, alpha, beta, gamma, delta; reductions.
+COMMITTED = {9: (1, 0.3075, 0.1710, 0.0, 0.0), 10: (1, 0.5017, 0.1568, 0.0, 0.0),
+             11: (2, 0.2529, 0.0237, 0.0583, 0.0677), 2: (2, -0.2060, 0.1000, 0.1901, 0.0345),
+             3: (2, 0.2283, 0.0240, -0.0570, 0.0309), 4: (4, 0.0668, 0.0290, 0.0266, 0.0153),
+             5: (4, 0.5199, 0.0141, -0.0390, 0.0140)}
+RED_CLUSTER, RED_WORKSPACE, RED_PER_MB = 2.69, 6.03, 0.900
 # kTiledCosts order (ties go to the earlier entry, as in choose_plan).
 ORDER = [9, 10, 11, 2, 3, 4, 5]
 
 
-def plan_terms(m, n, k, N, M, c, s, bps):
-    """(alpha multiplier, beta multiplier, reduction us) of one plan: us = a*alpha + b*beta + red."""
+def plan_terms(shape, c, s, bps):
+    """(features, reduction indicators, reduction traffic us) of one plan:
+    us = features . (alpha, beta, gamma, delta)_c + [s == 2, s > 2] . (red_cluster, red_workspace) + traffic."""
+    m, n, k, N, M = shape
     kb = 32 if M <= 32 else 64
     wb = kb // M * N
     bm, bn = TILE[c]
     ctas = math.ceil(m / bm) * math.ceil(n / bn) * s
     waves = math.ceil(ctas / (SMS * bps[c]))
+    r = min(bps[c], math.ceil(ctas / SMS))
     stages = math.ceil(math.ceil(k / kb) / s)
     scale = 2.0 if kb == 64 else 1.0
-    red = 0.0
-    if s > 1:
-        red = (RED_CLUSTER if s == 2 else RED_WORKSPACE) + RED_PER_MB * (s + 1) * m * n * 4 / 1e6
-    return waves * stages * scale, waves * stages * wb, red
+    w = waves * stages
+    feats = np.array([w * scale, w * wb, w * r * scale, w * r * wb])
+    traffic = RED_PER_MB * (s + 1) * m * n * 4 / 1e6 if s > 1 else 0.0
+    return feats, np.array([float(s == 2), float(s > 2)]), traffic
 
 
-def replay(shape, consts, bps):
+def predict(shape, c, s, model):
+    consts, red, bps = model
+    feats, ind, traffic = plan_terms(shape, c, s, bps)
+    return float(feats @ consts[c]) + float(ind @ red) + traffic
+
+
+def replay(shape, model):
     """choose_plan's tiled pick for shape (m, n, k, N, M): (kernel, split)."""
     m, n, k, N, M = shape
     best, best_us = None, None
@@ -65,8 +82,7 @@ def replay(shape, consts, bps):
             bm, bn = TILE[c]
             ctas = math.ceil(m / bm) * math.ceil(n / bn) * s
             if not (c == 11 and ctas >= SMS):
-                a, b, red = plan_terms(m, n, k, N, M, c, s, bps)
-                us = a * consts[c][0] + b * consts[c][1] + red
+                us = predict(shape, c, s, model)
                 if best_us is None or us < best_us:
                     best, best_us = (c, s), us
             s *= 2
@@ -74,25 +90,32 @@ def replay(shape, consts, bps):
 
 
 def fit(rows, bps):
-    """Weighted least squares of (alpha_c, beta_c) with the reductions fixed."""
-    X = np.zeros((len(rows), 2 * len(KERNELS)))
+    """Weighted least squares of every kernel's (alpha, beta, gamma, delta) and the two reductions'
+    fixed costs, on relative error. For kernels with blocks_per_sm 1 the gamma / delta columns
+    equal the alpha / beta ones (r = 1); their minimum-norm split is kept as is."""
+    X = np.zeros((len(rows), 4 * len(KERNELS) + 2))
     y = np.zeros(len(rows))
     for i, r in enumerate(rows):
-        a, b, red = plan_terms(*r["shape"], r["kernel"], r["split"], bps)
+        feats, ind, traffic = plan_terms(r["shape"], r["kernel"], r["split"], bps)
         j = KERNELS.index(r["kernel"])
-        X[i, 2 * j], X[i, 2 * j + 1] = a, b
-        y[i] = r["us"] - red
+        X[i, 4 * j:4 * j + 4] = feats
+        X[i, -2:] = ind
+        y[i] = r["us"] - traffic
     w = 1.0 / np.array([r["us"] for r in rows])
     theta, *_ = np.linalg.lstsq(X * w[:, None], y * w, rcond=None)
-    return {c: (theta[2 * j], theta[2 * j + 1]) for j, c in enumerate(KERNELS)}
+    consts = {c: theta[4 * j:4 * j + 4] for j, c in enumerate(KERNELS)}
+    for c in KERNELS:  # fold the collinear r = 1 terms into alpha / beta
+        if bps[c] == 1:
+            a, b, g, d = consts[c]
+            consts[c] = np.array([a + g, b + d, 0.0, 0.0])
+    return consts, theta[-2:], bps
 
 
-def pick_quality(shapes, consts, bps):
+def pick_quality(shapes, model):
     ratios = {}
     for shape, plans in shapes.items():
-        pick = replay(shape, consts, bps)
-        best = min(plans.values())
-        ratios[shape] = plans.get(pick, float("nan")) / best
+        pick = replay(shape, model)
+        ratios[shape] = plans.get(pick, float("nan")) / min(plans.values())
     return ratios
 
 
@@ -106,44 +129,59 @@ def summary(ratios, label):
           f"within 2% {np.mean(v < 1.02):.2f} ({len(v)} shapes; {per_m})")
 
 
+def check_op(shapes, model):
+    """Compare the replay with the C++ heuristic (torch.ops.nmspmm.spmm_heuristic)."""
+    import torch
+    import nmspmm  # noqa: F401  (registers the ops)
+    same = 0
+    for (m, n, k, N, M) in shapes:
+        op = tuple(torch.ops.nmspmm.spmm_heuristic(m, n, k, N, M, 32, False, SMS))
+        same += op == replay((m, n, k, N, M), model)
+    print(f"replay == torch.ops.nmspmm.spmm_heuristic on {same} of {len(shapes)} shapes")
+    return same == len(shapes)
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("sweep")
+    ap.add_argument("sweeps", nargs="+")
     ap.add_argument("--bps", default="", help="blocks per SM overrides, e.g. 3:3,5:6")
+    ap.add_argument("--check-op", action="store_true", help="compare the replay with the built op")
     args = ap.parse_args()
-    rows, shapes, recorded = [], defaultdict(dict), {}
-    for r in csv.DictReader(open(args.sweep)):
-        c = int(r["kernel"])
-        if c not in TILE:
-            continue
-        shape = tuple(int(r[x]) for x in ("m", "n", "k", "N", "M"))
-        row = dict(shape=shape, kernel=c, split=int(r["split"]), us=float(r["ms"]) * 1e3)
-        rows.append(row)
-        shapes[shape][(c, row["split"])] = row["us"]
-        recorded[shape] = (int(r["heur_kernel"]), int(r["heur_split"]))
+    rows, shapes = [], defaultdict(dict)
+    for path in args.sweeps:
+        for r in csv.DictReader(open(path)):
+            c = int(r["kernel"])
+            if c not in TILE:
+                continue
+            shape = tuple(int(r[x]) for x in ("m", "n", "k", "N", "M"))
+            row = dict(shape=shape, kernel=c, split=int(r["split"]), us=float(r["ms"]) * 1e3)
+            rows.append(row)
+            shapes[shape][(c, row["split"])] = row["us"]
     committed_bps = {c: v[0] for c, v in COMMITTED.items()}
-    committed = {c: v[1:] for c, v in COMMITTED.items()}
-    same = sum(replay(s, committed, committed_bps) == recorded[s] for s in shapes)
-    print(f"replay of the committed constants reproduces {same} of {len(shapes)} recorded picks")
-    summary(pick_quality(shapes, committed, committed_bps), "committed")
+    committed = ({c: np.array(v[1:]) for c, v in COMMITTED.items()},
+                 np.array([RED_CLUSTER, RED_WORKSPACE]), committed_bps)
+    if args.check_op and not check_op(shapes, committed):
+        raise SystemExit("the replay does not match the built heuristic")
+    summary(pick_quality(shapes, committed), "committed")
 
     bps = dict(committed_bps)
     for item in filter(None, args.bps.split(",")):
         c, v = item.split(":")
         bps[int(c)] = int(v)
-    consts = fit(rows, bps)
-    print(f"refit, blocks per SM {bps}:")
+    model = fit(rows, bps)
+    consts, red, _ = model
+    print(f"refit, blocks per SM {bps}, red_cluster {red[0]:.2f} us, red_workspace {red[1]:.2f} us:")
     for c in ORDER:
-        print(f"    {{{NAMES[c]}, {bps[c]}, {consts[c][0]:.3f}, {consts[c][1]:.4f}, ...}},")
-    summary(pick_quality(shapes, consts, bps), "refit, in-sample")
+        a, b, g, d = consts[c]
+        print(f"    {{{NAMES[c]}, {bps[c]}, {a:.4f}, {b:.4f}, {g:.4f}, {d:.4f}, ...}},")
+    summary(pick_quality(shapes, model), "refit, in-sample")
     # Two-fold by (n, k) pair: fit on one half's shapes, pick on the other's.
     pairs = sorted({s[1:3] for s in shapes})
     out = {}
     for fold in (0, 1):
         train = {p for i, p in enumerate(pairs) if i % 2 == fold}
-        c_fold = fit([r for r in rows if r["shape"][1:3] in train], bps)
-        test = {s: p for s, p in shapes.items() if s[1:3] not in train}
-        out.update(pick_quality(test, c_fold, bps))
+        fold_model = fit([r for r in rows if r["shape"][1:3] in train], bps)
+        out.update(pick_quality({s: p for s, p in shapes.items() if s[1:3] not in train}, fold_model))
     summary(out, "refit, out-of-sample (two-fold over (n, k) pairs)")
 
 
