@@ -148,6 +148,13 @@ constexpr TiledCost kTiledCosts[] = {
     {kPacked32x128, 4, 0.621, 0.158, 0.0, 0.0, 64},
 };
 
+// Split-K candidates of the tiled kernels: 1, 2, 4, ..., kMaxTiledSplit, each split keeping >= 4
+// k-blocks. 16 (was 8) in session 16: on the small-m sweep with splits of 16 added
+// (experiments/plan_sweep_session16_split16.csv) the best plan at m = 32 / 64 is 5.5 / 1.7% faster on
+// geomean (up to 1.46x), and the picks come 1.5 / 3.4% above it (6.5 / 4.9% with splits up to 8);
+// no pick at m >= 256 changes.
+constexpr int kMaxTiledSplit = 16;
+
 // Fixed cost of a split-K reduction in microseconds: through the workspace (a second launch), and
 // inside a cluster (split 2); fitted with the kernels' constants above.
 constexpr double kWorkspaceReduceUs = 6.03;
@@ -317,7 +324,7 @@ inline Plan choose_plan(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, i
     if (M > c.max_M || !kernel_supports(c.kernel, m, N, M, L, has_col_info)) continue;
     const int64_t kblocks = ceil_div_i(k, (is_packed_kernel(c.kernel) || M > 32) ? 64 : 32);
     const TileShape t = tile_shape(c.kernel);
-    for (int split = 1; split <= 8; split *= 2) {
+    for (int split = 1; split <= kMaxTiledSplit; split *= 2) {
       // Each split keeps a useful k-extent (at least 4 k-blocks).
       if (split > 1 && kblocks / split < 4) break;
       // The 8-warp 128x128 kernel (8x8 thread tile) only pays while its grid is under one block

@@ -39,6 +39,9 @@ COMMITTED = {9: (1, 0.3075, 0.1710, 0.0, 0.0), 10: (1, 0.5017, 0.1568, 0.0, 0.0)
              3: (2, 0.2283, 0.0240, -0.0570, 0.0309), 4: (4, 0.0668, 0.0290, 0.0266, 0.0153),
              5: (4, 0.5199, 0.0141, -0.0390, 0.0140)}
 RED_CLUSTER, RED_WORKSPACE, RED_PER_MB = 2.69, 6.03, 0.900
+# choose_plan's split-K candidates: 1, 2, 4, ..., MAX_SPLIT (kMaxTiledSplit; each split keeping >= 4
+# k-blocks).
+MAX_SPLIT = 16
 # kTiledCosts order (ties go to the earlier entry, as in choose_plan).
 ORDER = [9, 10, 11, 2, 3, 4, 5]
 
@@ -76,7 +79,7 @@ def replay(shape, model):
             continue
         kblocks = math.ceil(k / (32 if M <= 32 else 64))
         s = 1
-        while s <= 8:
+        while s <= MAX_SPLIT:
             if s > 1 and kblocks // s < 4:
                 break
             bm, bn = TILE[c]
@@ -147,16 +150,20 @@ def main():
     ap.add_argument("--bps", default="", help="blocks per SM overrides, e.g. 3:3,5:6")
     ap.add_argument("--check-op", action="store_true", help="compare the replay with the built op")
     args = ap.parse_args()
-    rows, shapes = [], defaultdict(dict)
+    # A plan timed in more than one sweep counts once, at the mean of its timings.
+    timings = defaultdict(list)
     for path in args.sweeps:
         for r in csv.DictReader(open(path)):
             c = int(r["kernel"])
             if c not in TILE:
                 continue
             shape = tuple(int(r[x]) for x in ("m", "n", "k", "N", "M"))
-            row = dict(shape=shape, kernel=c, split=int(r["split"]), us=float(r["ms"]) * 1e3)
-            rows.append(row)
-            shapes[shape][(c, row["split"])] = row["us"]
+            timings[(shape, c, int(r["split"]))].append(float(r["ms"]) * 1e3)
+    rows, shapes = [], defaultdict(dict)
+    for (shape, c, split), v in timings.items():
+        us = sum(v) / len(v)
+        rows.append(dict(shape=shape, kernel=c, split=split, us=us))
+        shapes[shape][(c, split)] = us
     committed_bps = {c: v[0] for c, v in COMMITTED.items()}
     committed = ({c: np.array(v[1:]) for c, v in COMMITTED.items()},
                  np.array([RED_CLUSTER, RED_WORKSPACE]), committed_bps)
