@@ -264,7 +264,7 @@ def large_weight(n, k, N, M, L=32):
 @pytest.mark.parametrize("shape", LLAMA, ids=lambda s: f"n{s[0]}-k{s[1]}")
 def test_llama_shapes(shape, pattern):
     w = large_weight(*shape, *pattern)
-    for m in (1, 16, 64, 256):
+    for m in (1, 16, 32, 64, 256):  # heuristic plans (m = 32, 64: tiled split-K up to 16)
         for with_col_info in (False, True):
             run_checked(w, torch.randn(m, w.k, device=DEV), None, 1, w.bias, with_col_info)
     # Forced plans: decode with and without split-K, every tiled and packed kernel.
