@@ -127,7 +127,9 @@ inline int ceil_div_i(int64_t a, int64_t b) { return static_cast<int>((a + b - 1
 // their stages faster than a full SM does. Without the r terms (until session 15) the picks were
 // 14% / 10% / 7% above the best plan at m = 32 / 64 / 128; with them 1.1 / 3.3 / 5.3%, and
 // 3.5% on geomean over both sweeps (was 7.9%; out-of-sample, two-fold over the (n, k) pairs:
-// 3.7%). experiments/plan_sweep_session16_fit.txt.
+// 3.7%). experiments/plan_sweep_session16_fit.txt. Benchmarked (docs/kernels.md, session 16): the
+// llama suite 1.18x / 1.08x faster at m = 32 / 64; some full-grid picks moved both ways (Llama
+// down_proj at m = 512: 15% slower).
 struct TiledCost {
   int kernel;
   int blocks_per_sm;
