@@ -117,19 +117,22 @@ constexpr bool kHeuristicUsesPacking = false;
 
 inline int ceil_div_i(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
 
-// Cost model of the tiled kernels, fitted by tools/fit_cost_model.py to two H100 plan sweeps
-// (tools/sweep_plans.py): the session-15 sweep (4788 timings, 152 shapes of NM-SpMM's dataset x 4
-// sparsities, m = 256..4096) and the session-16 small-m sweep (7056 timings in CUDA graphs, the 21
-// (n, k) of the llama suite x m = 32, 64, 128 x 4 sparsities). One k-stage of one block costs
+// Cost model of the tiled kernels (tools/fit_cost_model.py), on four H100 plan sweeps
+// (tools/sweep_plans.py): session 15 (152 shapes of NM-SpMM's dataset x 4 sparsities, m = 256..4096),
+// session 16 (the 21 (n, k) of the llama suite x m = 32, 64, 128, CUDA graphs; and splits of 16) and
+// session 17 (the same layers at m = 256, 512, 1024). One k-stage of one block costs
 //   alpha + beta * wb + r * (gamma + delta * wb)   microseconds
 // (wb compressed rows per stage; alpha and gamma per k-block of 32, doubled for 64) while r =
 // min(blocks_per_sm, ceil(ctas / SMs)) blocks share an SM: grids under one full wave (small m) run
-// their stages faster than a full SM does. Without the r terms (until session 15) the picks were
-// 14% / 10% / 7% above the best plan at m = 32 / 64 / 128; with them 1.1 / 3.3 / 5.3%, and
-// 3.5% on geomean over both sweeps (was 7.9%; out-of-sample, two-fold over the (n, k) pairs:
-// 3.7%). experiments/plan_sweep_session16_fit.txt. Benchmarked (docs/kernels.md, session 16): the
-// llama suite 1.18x / 1.08x faster at m = 32 / 64; some full-grid picks moved both ways (Llama
-// down_proj at m = 512: 15% slower).
+// their stages faster than a full SM does (without the r terms, until session 15, the picks were
+// 14% / 10% / 7% above the best plan at m = 32 / 64 / 128). Session 16 fitted the constants by least
+// squares; session 17 tuned them for the picks themselves (fit_cost_model.py --search: coordinate
+// search on the mean log of pick time over best time), which moved the reductions' fixed costs
+// down and the equal-CTA-count choices (64x128 vs 128x128 split 2, 32x128 vs 64x128 split 2)
+// toward the measured best: picks 4.1% -> 2.9% above the best plan over the 627 swept shapes
+// (out-of-sample, two-fold over the (n, k) pairs: 3.4%), and in a GPU A/B of the 249 benchmark
+// shapes whose pick changed, 3.9% faster on geomean (0.84x .. 1.21x).
+// experiments/plan_sweep_session17_fit.txt, s17_heuristic_search_ab.csv.
 struct TiledCost {
   int kernel;
   int blocks_per_sm;
@@ -137,13 +140,13 @@ struct TiledCost {
   int max_M;  // largest M the kernel takes (k-block 32 only: 32)
 };
 constexpr TiledCost kTiledCosts[] = {
-    {kTiled128x256, 1, 0.3074, 0.1710, 0.0, 0.0, 32},
+    {kTiled128x256, 1, 0.1537, 0.1710, 0.0, 0.0, 32},
     {kTiled256x128, 1, 0.5015, 0.1568, 0.0, 0.0, 32},
     {kTiled128x128w8, 2, 0.2529, 0.0237, 0.0583, 0.0677, 64},
-    {kTiled128x128, 2, -0.2060, 0.1000, 0.1901, 0.0345, 64},
-    {kTiled64x128, 2, 0.2283, 0.0240, -0.0570, 0.0309, 64},
-    {kTiled32x128, 4, 0.0668, 0.0290, 0.0266, 0.0153, 64},
-    {kTiled64x64, 4, 0.5199, 0.0141, -0.0390, 0.0140, 64},
+    {kTiled128x128, 2, -0.2269, 0.0925, 0.2051, 0.0345, 64},
+    {kTiled64x128, 2, 0.2258, 0.0300, -0.0620, 0.0309, 64},
+    {kTiled32x128, 4, 0.0368, 0.0276, 0.0266, 0.0153, 64},
+    {kTiled64x64, 4, 0.5249, 0.0141, -0.0415, 0.0140, 64},
     // Packing kernels: the session-2 fit at 4096^3 (used only if kHeuristicUsesPacking).
     {kPacked128x128, 2, 1.591, 0.307, 0.0, 0.0, 64},
     {kPacked64x128, 4, 1.218, 0.283, 0.0, 0.0, 64},
@@ -158,9 +161,10 @@ constexpr TiledCost kTiledCosts[] = {
 constexpr int kMaxTiledSplit = 16;
 
 // Fixed cost of a split-K reduction in microseconds: through the workspace (a second launch), and
-// inside a cluster (split 2); fitted with the kernels' constants above.
-constexpr double kWorkspaceReduceUs = 6.03;
-constexpr double kClusterReduceUs = 2.69;
+// inside a cluster (split 2); tuned with the kernels' constants above (they stand for what a split
+// costs beyond the stages, not for a measured reduction time alone).
+constexpr double kWorkspaceReduceUs = 3.392;
+constexpr double kClusterReduceUs = 0.672;
 
 // Estimated microseconds of a tiled kernel with `split` k-splits (plus the split-K reduction,
 // in a cluster when `clusters`, else through the workspace and a second launch).

@@ -3,6 +3,7 @@
 
     python tools/fit_cost_model.py SWEEP.csv [SWEEP2.csv ...]        # committed constants + a refit
     python tools/fit_cost_model.py SWEEP.csv --check-op              # replay == the C++ heuristic?
+    python tools/fit_cost_model.py SWEEP.csv ... --search            # + tune the constants for the picks
 
 Model, per kernel c and split s (session 16: occupancy-aware):
 
@@ -14,8 +15,10 @@ one full wave: small m), stages = ceil(k-blocks / s), wb = compressed rows per k
 gamma terms doubled for k-blocks of 64). The reduction (s > 1) is red_cluster (s = 2 on sm_90: inside
 a thread-block cluster) or red_workspace (s > 2: a second launch), + 0.9 us per MB of partial tiles.
 Linear in (alpha, beta, gamma, delta, red_cluster, red_workspace), so a weighted least-squares fit on
-relative error does it. Until session 15 the model had no r terms (every block priced as if the
-SM were full) and mispriced grids under one wave: 14% above the best plan at m = 32.
+relative error does it; --search then tunes the constants for pick quality itself (session 17: the
+committed constants come from it, started at the session-16 least-squares ones). Until session 15
+the model had no r terms (every block priced as if the SM were full) and mispriced grids under one
+wave: 14% above the best plan at m = 32.
 
 `replay` is a Python copy of choose_plan's tiled part (kernel 11 only while its grid is under one
 block per SM; split 2 reduced in a cluster); --check-op compares it with torch.ops.nmspmm.spmm_heuristic
@@ -34,11 +37,11 @@ NAMES = {2: "kTiled128x128", 3: "kTiled64x128", 4: "kTiled32x128", 5: "kTiled64x
          10: "kTiled256x128", 11: "kTiled128x128w8"}
 KERNELS = sorted(TILE)
 # Committed csrc/dispatch.h constants: blocks per SM, alpha, beta, gamma, delta; reductions.
-COMMITTED = {9: (1, 0.3075, 0.1710, 0.0, 0.0), 10: (1, 0.5017, 0.1568, 0.0, 0.0),
-             11: (2, 0.2529, 0.0237, 0.0583, 0.0677), 2: (2, -0.2060, 0.1000, 0.1901, 0.0345),
-             3: (2, 0.2283, 0.0240, -0.0570, 0.0309), 4: (4, 0.0668, 0.0290, 0.0266, 0.0153),
-             5: (4, 0.5199, 0.0141, -0.0390, 0.0140)}
-RED_CLUSTER, RED_WORKSPACE, RED_PER_MB = 2.69, 6.03, 0.900
+COMMITTED = {9: (1, 0.1537, 0.1710, 0.0, 0.0), 10: (1, 0.5017, 0.1568, 0.0, 0.0),
+             11: (2, 0.2529, 0.0237, 0.0583, 0.0677), 2: (2, -0.2269, 0.0925, 0.2051, 0.0345),
+             3: (2, 0.2258, 0.0300, -0.0620, 0.0309), 4: (4, 0.0368, 0.0276, 0.0266, 0.0153),
+             5: (4, 0.5249, 0.0141, -0.0415, 0.0140)}
+RED_CLUSTER, RED_WORKSPACE, RED_PER_MB = 0.672, 3.392, 0.900
 # choose_plan's split-K candidates: 1, 2, 4, ..., MAX_SPLIT (kMaxTiledSplit; each split keeping >= 4
 # k-blocks).
 MAX_SPLIT = 16
@@ -70,10 +73,10 @@ def predict(shape, c, s, model):
     return float(feats @ consts[c]) + float(ind @ red) + traffic
 
 
-def replay(shape, model):
-    """choose_plan's tiled pick for shape (m, n, k, N, M): (kernel, split)."""
+def candidate_plans(shape):
+    """choose_plan's tiled candidates for shape (m, n, k, N, M), in its order: (kernel, split)."""
     m, n, k, N, M = shape
-    best, best_us = None, None
+    out = []
     for c in ORDER:
         if M > 64 or (c in (9, 10) and M > 32):
             continue
@@ -83,12 +86,19 @@ def replay(shape, model):
             if s > 1 and kblocks // s < 4:
                 break
             bm, bn = TILE[c]
-            ctas = math.ceil(m / bm) * math.ceil(n / bn) * s
-            if not (c == 11 and ctas >= SMS):
-                us = predict(shape, c, s, model)
-                if best_us is None or us < best_us:
-                    best, best_us = (c, s), us
+            if not (c == 11 and math.ceil(m / bm) * math.ceil(n / bn) * s >= SMS):
+                out.append((c, s))
             s *= 2
+    return out
+
+
+def replay(shape, model):
+    """choose_plan's tiled pick for shape (m, n, k, N, M): (kernel, split); ties go to the earlier."""
+    best, best_us = None, None
+    for c, s in candidate_plans(shape):
+        us = predict(shape, c, s, model)
+        if best_us is None or us < best_us:
+            best, best_us = (c, s), us
     return best
 
 
@@ -144,11 +154,87 @@ def check_op(shapes, model):
     return same == len(shapes)
 
 
+def model_theta(model):
+    """The model as one parameter vector: (alpha, beta, gamma, delta) per kernel in KERNELS order,
+    then (red_cluster, red_workspace)."""
+    consts, red, _ = model
+    return np.concatenate([np.asarray(consts[c], dtype=float) for c in KERNELS] + [np.asarray(red, dtype=float)])
+
+
+def theta_model(theta, bps):
+    return ({c: theta[4 * j:4 * j + 4] for j, c in enumerate(KERNELS)}, theta[-2:], bps)
+
+
+class PickLoss:
+    """Pick quality of a parameter vector on a set of swept shapes, vectorized: for every shape the
+    replay's candidate plans (in choose_plan order, so ties resolve the same way) as rows of features,
+    and the log of each plan's time over the shape's best time. A pick that was not timed counts
+    log(1.5)."""
+
+    UNTIMED = math.log(1.5)
+
+    def __init__(self, shapes, bps):
+        self.keys = list(shapes)
+        self.tables = []
+        for shape in self.keys:
+            plans = shapes[shape]
+            best = min(plans.values())
+            feats, traffic, loss = [], [], []
+            for c, s in candidate_plans(shape):
+                f, ind, t = plan_terms(shape, c, s, bps)
+                row = np.zeros(4 * len(KERNELS) + 2)
+                j = KERNELS.index(c)
+                row[4 * j:4 * j + 4] = f
+                row[-2:] = ind
+                feats.append(row)
+                traffic.append(t)
+                loss.append(math.log(plans[(c, s)] / best) if (c, s) in plans else self.UNTIMED)
+            self.tables.append((np.array(feats), np.array(traffic), np.array(loss)))
+
+    def per_shape(self, theta):
+        return [loss[np.argmin(feats @ theta + traffic)] for feats, traffic, loss in self.tables]
+
+    def __call__(self, theta):
+        return float(np.mean(self.per_shape(theta)))
+
+
+def search(shapes, bps, theta0, passes=10):
+    """Coordinate search on pick quality (mean log of pick time over best time) from theta0: each
+    parameter in turn is scaled (x0.5 .. x2, sign flip) or shifted (+-0.0025 .. 0.05), a step kept
+    when it lowers the loss; until a pass changes nothing. The least-squares fit minimizes the error
+    of every plan's time, most of them far from the best; this targets the ranking near the top."""
+    loss = PickLoss(shapes, bps)
+    theta, best = np.array(theta0, dtype=float), loss(theta0)
+    for _ in range(passes):
+        improved = False
+        for i in range(len(theta)):
+            for f in (0.5, 0.8, 0.9, 0.95, 1.05, 1.1, 1.25, 2.0, -1.0):
+                for step in (theta[i] * f, theta[i] + (f - 1) * 0.05):
+                    trial = theta.copy()
+                    trial[i] = step
+                    v = loss(trial)
+                    if v < best - 1e-6:
+                        theta, best, improved = trial, v, True
+        if not improved:
+            break
+    return theta
+
+
+def print_constants(model):
+    consts, red, bps = model
+    print(f"    red_cluster {red[0]:.3f} us, red_workspace {red[1]:.3f} us")
+    for c in ORDER:
+        a, b, g, d = consts[c]
+        print(f"    {{{NAMES[c]}, {bps[c]}, {a:.4f}, {b:.4f}, {g:.4f}, {d:.4f}, ...}},")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("sweeps", nargs="+")
     ap.add_argument("--bps", default="", help="blocks per SM overrides, e.g. 3:3,5:6")
     ap.add_argument("--check-op", action="store_true", help="compare the replay with the built op")
+    ap.add_argument("--search", action="store_true",
+                    help="also tune the constants for pick quality (coordinate search from the committed ones)")
     args = ap.parse_args()
     # A plan timed in more than one sweep counts once, at the mean of its timings.
     timings = defaultdict(list)
@@ -176,21 +262,31 @@ def main():
         c, v = item.split(":")
         bps[int(c)] = int(v)
     model = fit(rows, bps)
-    consts, red, _ = model
-    print(f"refit, blocks per SM {bps}, red_cluster {red[0]:.2f} us, red_workspace {red[1]:.2f} us:")
-    for c in ORDER:
-        a, b, g, d = consts[c]
-        print(f"    {{{NAMES[c]}, {bps[c]}, {a:.4f}, {b:.4f}, {g:.4f}, {d:.4f}, ...}},")
+    print(f"refit (least squares), blocks per SM {bps}:")
+    print_constants(model)
     summary(pick_quality(shapes, model), "refit, in-sample")
-    # Two-fold by (n, k) pair: fit on one half's shapes, pick on the other's.
+    summary(two_fold(shapes, lambda train: fit([r for r in rows if r["shape"] in train], bps)),
+            "refit, out-of-sample (two-fold over (n, k) pairs)")
+    if args.search:
+        start = model_theta(committed)
+        searched = theta_model(search(shapes, bps, start), bps)
+        print("searched (coordinate search on pick quality, from the committed constants):")
+        print_constants(searched)
+        summary(pick_quality(shapes, searched), "searched, in-sample")
+        summary(two_fold(shapes, lambda train: theta_model(search(train, bps, start), bps)),
+                "searched, out-of-sample (two-fold over (n, k) pairs)")
+
+
+def two_fold(shapes, make_model):
+    """Pick quality out of sample: the (n, k) pairs split in two halves; a model made from one
+    half's shapes (make_model(shapes) -> model) picks on the other half's, and the other way round."""
     pairs = sorted({s[1:3] for s in shapes})
     out = {}
     for fold in (0, 1):
         train = {p for i, p in enumerate(pairs) if i % 2 == fold}
-        fold_model = fit([r for r in rows if r["shape"][1:3] in train], bps)
+        fold_model = make_model({s: p for s, p in shapes.items() if s[1:3] in train})
         out.update(pick_quality({s: p for s, p in shapes.items() if s[1:3] not in train}, fold_model))
-    summary(out, "refit, out-of-sample (two-fold over (n, k) pairs)")
-
+    return out
 
 if __name__ == "__main__":
     main()
