@@ -102,6 +102,17 @@ def replay(shape, model):
     return best
 
 
+def plan_row(shape, c, s, bps):
+    """One plan as (features over the whole parameter vector, reduction traffic us): us = row . theta
+    + traffic, theta = (alpha, beta, gamma, delta) per kernel in KERNELS order, then the reductions."""
+    feats, ind, traffic = plan_terms(shape, c, s, bps)
+    row = np.zeros(4 * len(KERNELS) + 2)
+    j = KERNELS.index(c)
+    row[4 * j:4 * j + 4] = feats
+    row[-2:] = ind
+    return row, traffic
+
+
 def fit(rows, bps):
     """Weighted least squares of every kernel's (alpha, beta, gamma, delta) and the two reductions'
     fixed costs, on relative error. For kernels with blocks_per_sm 1 the gamma / delta columns
@@ -109,10 +120,7 @@ def fit(rows, bps):
     X = np.zeros((len(rows), 4 * len(KERNELS) + 2))
     y = np.zeros(len(rows))
     for i, r in enumerate(rows):
-        feats, ind, traffic = plan_terms(r["shape"], r["kernel"], r["split"], bps)
-        j = KERNELS.index(r["kernel"])
-        X[i, 4 * j:4 * j + 4] = feats
-        X[i, -2:] = ind
+        X[i], traffic = plan_row(r["shape"], r["kernel"], r["split"], bps)
         y[i] = r["us"] - traffic
     w = 1.0 / np.array([r["us"] for r in rows])
     theta, *_ = np.linalg.lstsq(X * w[:, None], y * w, rcond=None)
@@ -181,11 +189,7 @@ class PickLoss:
             best = min(plans.values())
             feats, traffic, loss = [], [], []
             for c, s in candidate_plans(shape):
-                f, ind, t = plan_terms(shape, c, s, bps)
-                row = np.zeros(4 * len(KERNELS) + 2)
-                j = KERNELS.index(c)
-                row[4 * j:4 * j + 4] = f
-                row[-2:] = ind
+                row, t = plan_row(shape, c, s, bps)
                 feats.append(row)
                 traffic.append(t)
                 loss.append(math.log(plans[(c, s)] / best) if (c, s) in plans else self.UNTIMED)
