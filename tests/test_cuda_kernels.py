@@ -443,6 +443,31 @@ def test_overlapped_launches_bitwise_equal_plain_stream_order(tmp_path):
             assert torch.equal(a, b.to(a.device)), f"kernel {k} split_k {s}: overlapped and plain launches differ"
 
 
+def test_bulk_store_bitwise_equals_thread_stores(tmp_path):
+    # On sm_90 the tiled kernels stage their output (or split-K partial) tile in shared memory and
+    # write it with bulk copies, one per tile row; the bits must be those of the per-thread stores
+    # (NMSPMM_NO_BULK_STORE=1), with partial tiles in m and n, bias, and the workspace split-K.
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("no bulk stores on this device")
+    w = large_weight(1056, 1024, 8, 32)  # 1056 columns: a partial 128- and 256-column tile
+    values, indices, N, M, L, (cols, packed) = w.args()
+    plans = [(k, s) for k in TILED for s in (1, 4)] + [(k, 1) for k in PACKED]
+    for i, m in enumerate((77, 300)):
+        x = torch.randn(m, w.k, device=DEV)
+        here = [ops.spmm_with_plan(x, values, indices, N, M, L, w.bias, cols, packed, k, s) for k, s in plans]
+        ref, scale = w.reference(x, w.bias)
+        for a in here:
+            check(a, ref, scale)
+        torch.save(dict(x=x, values=values, indices=indices, pattern=(N, M, L), bias=w.bias, cols=cols,
+                        packed=packed, plans=plans), tmp_path / f"in{i}.pt")
+        env = dict(os.environ, NMSPMM_NO_BULK_STORE="1")
+        subprocess.run([sys.executable, "-c", _WORKSPACE_CHILD, str(tmp_path / f"in{i}.pt"),
+                        str(tmp_path / f"out{i}.pt")], env=env, check=True, timeout=300)
+        there = torch.load(tmp_path / f"out{i}.pt")
+        for (k, s), a, b in zip(plans, here, there):
+            assert torch.equal(a, b.to(a.device)), f"kernel {k} split_k {s}: bulk and per-thread stores differ"
+
+
 CHAIN_PLANS = [(12, 8), (13, 4), (14, 2), (15, 7), (16, 8), (17, 4), (DECODE, 4), (None, 1)]
 
 

@@ -69,6 +69,16 @@ bool overlap_enabled() {
   return enabled;
 }
 
+// NMSPMM_NO_BULK_STORE=1 (read once) writes the tiled kernels' output tiles with per-thread stores
+// instead of staging them in shared memory for bulk copies: an A/B switch, not a tuning knob.
+bool bulk_store_enabled() {
+  static const bool enabled = [] {
+    const char* e = std::getenv("NMSPMM_NO_BULK_STORE");
+    return e == nullptr || e[0] != '1';
+  }();
+  return enabled;
+}
+
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // What the last SpMM launch on each stream wrote (y and the split-K workspace), so that a decode
@@ -208,6 +218,9 @@ at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const a
   p.split_k = plan.split_k;
   p.cluster_reduce = cluster_reduce && !is_cluster_decode_kernel(plan.kernel);
   p.overlap_launches = clusters && overlap_enabled();
+  // y and the workspace come from the caching allocator (aligned); rows need n % 4 == 0.
+  p.bulk_store = clusters && bulk_store_enabled() && out % 4 == 0 && aligned16(p.y) &&
+                 (p.workspace == nullptr || aligned16(p.workspace));
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   // Without dependent launches (no clusters, or switched off) nothing starts early: no table.
   p.dependent_launch = false;

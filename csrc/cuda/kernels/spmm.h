@@ -36,6 +36,11 @@ struct SpmmParams {
   // and x, bias and y after it. The binding sets it only when the kernel before it cannot have
   // written `values` or `indices` (spmm_ops.cpp, WeightHazardTable).
   bool dependent_launch;
+  // sm_90 tiled and packing kernels without cluster_reduce: the output tile (or split-K partial
+  // tile) is staged in shared memory and written with bulk asynchronous copies, one per tile row
+  // (bulk_store.cuh), instead of 2 x TM dependent 16-byte stores per thread. Needs n % 4 == 0 and
+  // 16-byte aligned y / workspace; the binding sets it on compute capability 9.0+.
+  bool bulk_store;
 };
 
 // Row length of the k-major copy of x that the tiled and packed kernels read.

@@ -26,6 +26,10 @@
 // one thread-block cluster and sum their partial tiles through distributed shared memory in fixed
 // order; elsewhere each split writes its partial tile to the workspace (no atomics), reduced in
 // the same fixed order by reduce_splits. Deterministic either way.
+// Epilogue on sm_90 (p.bulk_store, not with the cluster reduction): the tile (or split-K partial
+// tile) is staged row-major in shared memory and each row written by one bulk asynchronous copy
+// (bulk_store.cuh); the 2 x TM dependent 16-byte global stores per thread it replaces took 5-14% of
+// the warp samples in an ncu source-level profile (experiments/ncu_s18_source_summary.txt).
 #pragma once
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
@@ -33,6 +37,7 @@
 #include <cstdint>
 
 #include "../../pattern.h"
+#include "bulk_store.cuh"
 #include "cluster_barrier.cuh"
 #include "cp_async.cuh"
 #include "launch_overlap.cuh"
@@ -520,6 +525,38 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
   }
   const bool split = p.split_k > 1;
   float* out = split ? p.workspace + static_cast<int64_t>(blockIdx.z) * M_ * N_ : p.y;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (p.bulk_store) {
+    // The tile goes to shared memory (rows of C::BN + 4 floats: 16-byte aligned, and the STS.128 of
+    // a warp's 8 rows x 4 column groups spread over all 32 banks), then thread r hands row r to
+    // the copy engine. Rows past m are not written; columns past n are not copied.
+    constexpr int CS = C::BN + 4;
+    float* const Cs = smem;
+    __syncthreads();  // every warp is done reading the last stage
+#pragma unroll
+    for (int i = 0; i < C::TM; ++i) {
+      const int r = ti + 32 * (i / 4) + (i % 4);
+#pragma unroll
+      for (int g = 0; g < 2; ++g) {
+        const int c = tj + 16 * g;
+        float4 v = make_float4(acc[i][4 * g], acc[i][4 * g + 1], acc[i][4 * g + 2], acc[i][4 * g + 3]);
+        if (!split && p.bias != nullptr && n0 + c < N_) {
+          const float4 bb = *reinterpret_cast<const float4*>(p.bias + n0 + c);
+          v.x += bb.x; v.y += bb.y; v.z += bb.z; v.w += bb.w;
+        }
+        *reinterpret_cast<float4*>(Cs + r * CS + c) = v;
+      }
+    }
+    bulk_store_fence();
+    __syncthreads();
+    const int64_t cols = N_ - n0 < C::BN ? N_ - n0 : C::BN;
+    for (int r = tid; r < C::BM; r += C::THREADS) {
+      if (m0 + r < M_) bulk_store_row(out + (m0 + r) * N_ + n0, Cs + r * CS, static_cast<uint32_t>(cols * 4));
+    }
+    bulk_store_commit_and_wait_read();
+    return;
+  }
+#endif
 #pragma unroll
   for (int i = 0; i < C::TM; ++i) {
     const int64_t row = m0 + ti + 32 * (i / 4) + (i % 4);
@@ -539,29 +576,34 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
 }
 
 // Shared memory of a launch (wb compressed rows per stage); with the cluster reduction at least
-// the BM x BN partial tile.
+// the BM x BN partial tile, with the bulk store at least the BM x (BN + 4) staged tile.
 template <class C>
-inline size_t tiled_smem_bytes(int wb, bool cluster_reduce) {
-  const size_t pipeline = static_cast<size_t>(C::STAGES) * C::stage_floats(wb) * sizeof(float);
+inline size_t tiled_smem_bytes(int wb, bool cluster_reduce, bool bulk_store) {
+  size_t bytes = static_cast<size_t>(C::STAGES) * C::stage_floats(wb) * sizeof(float);
   const size_t partial = static_cast<size_t>(C::BM) * C::BN * sizeof(float);
-  return cluster_reduce && partial > pipeline ? partial : pipeline;
+  const size_t staged = static_cast<size_t>(C::BM) * (C::BN + 4) * sizeof(float);
+  if (cluster_reduce && partial > bytes) bytes = partial;
+  if (bulk_store && staged > bytes) bytes = staged;
+  return bytes;
 }
 
 template <class C>
 cudaError_t launch_tiled(const SpmmParams& p, cudaStream_t stream) {
   static bool configured[kMaxDevices] = {};
   const cudaError_t err =
-      set_smem_limit_once(configured, spmm_tiled_kernel<C>, static_cast<int>(tiled_smem_bytes<C>(C::KB, true)));
+      set_smem_limit_once(configured, spmm_tiled_kernel<C>, static_cast<int>(tiled_smem_bytes<C>(C::KB, true, true)));
   if (err != cudaSuccess) return err;
   const int wb = C::KB / p.M * p.N;
   if (C::FIXED && (wb != C::WB || p.L < 32)) return cudaErrorInvalidValue;
   const int qt = p.L >= C::BN ? 1 : C::BN / p.L;
   const int stage = C::stage_floats(wb);
-  const size_t smem = tiled_smem_bytes<C>(wb, p.cluster_reduce);
+  const size_t smem = tiled_smem_bytes<C>(wb, p.cluster_reduce, p.bulk_store && !p.cluster_reduce);
   const int64_t mt = (p.m + C::BM - 1) / C::BM, ntl = (p.n + C::BN - 1) / C::BN;
   if (mt > 0x7fffffff || ntl > 65535 || p.split_k > 65535) return cudaErrorInvalidConfiguration;
   dim3 grid(static_cast<unsigned>(mt), static_cast<unsigned>(ntl), static_cast<unsigned>(p.split_k));
   // With cluster_reduce the split_k blocks of a tile (along z) form one cluster.
+  if (p.bulk_store && (p.n % 4 != 0 || reinterpret_cast<uintptr_t>(p.split_k > 1 ? p.workspace : p.y) % 16 != 0))
+    return cudaErrorInvalidValue;
   if (p.cluster_reduce && (p.split_k < 2 || p.split_k > 8 || 2 * C::TM < p.split_k)) return cudaErrorInvalidValue;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
