@@ -392,6 +392,18 @@ torch.save(outs, sys.argv[2])
 """
 
 
+def plans_in_child(tmp_path, tag, w, x, plans, **env):
+    """The outputs of `plans` on (w, x), computed by a fresh process with `env` added to its
+    environment (the A/B switches are read once per process)."""
+    values, indices, N, M, L, (cols, packed) = w.args()
+    src, dst = tmp_path / f"in_{tag}.pt", tmp_path / f"out_{tag}.pt"
+    torch.save(dict(x=x, values=values, indices=indices, pattern=(N, M, L), bias=w.bias, cols=cols,
+                    packed=packed, plans=plans), src)
+    subprocess.run([sys.executable, "-c", _WORKSPACE_CHILD, str(src), str(dst)],
+                   env=dict(os.environ, **env), check=True, timeout=300)
+    return torch.load(dst)
+
+
 def test_cluster_split_bitwise_equals_workspace_split(tmp_path):
     # The cluster reduction sums the partial tiles in the order reduce_splits does (rank 0, 1, ...,
     # then bias), so both reductions give the same bits.
@@ -402,12 +414,7 @@ def test_cluster_split_bitwise_equals_workspace_split(tmp_path):
     x = torch.randn(200, w.k, device=DEV)
     plans = [(k, 2) for k in TILED + PACKED]
     here = [ops.spmm_with_plan(x, values, indices, N, M, L, w.bias, cols, packed, k, s) for k, s in plans]
-    torch.save(dict(x=x, values=values, indices=indices, pattern=(N, M, L), bias=w.bias, cols=cols,
-                    packed=packed, plans=plans), tmp_path / "in.pt")
-    env = dict(os.environ, NMSPMM_NO_CLUSTER_SPLIT="1")
-    subprocess.run([sys.executable, "-c", _WORKSPACE_CHILD, str(tmp_path / "in.pt"), str(tmp_path / "out.pt")],
-                   env=env, check=True, timeout=300)
-    there = torch.load(tmp_path / "out.pt")
+    there = plans_in_child(tmp_path, "ws", w, x, plans, NMSPMM_NO_CLUSTER_SPLIT="1")
     ref, scale = w.reference(x, w.bias)
     for (k, s), a, b in zip(plans, here, there):
         check(a, ref, scale)
@@ -433,12 +440,7 @@ def test_overlapped_launches_bitwise_equal_plain_stream_order(tmp_path):
         ref, scale = w.reference(x, w.bias)
         for a in here:
             check(a, ref, scale)
-        torch.save(dict(x=x, values=values, indices=indices, pattern=(N, M, L), bias=w.bias, cols=cols,
-                        packed=packed, plans=plans), tmp_path / f"in{i}.pt")
-        env = dict(os.environ, NMSPMM_NO_OVERLAP="1")
-        subprocess.run([sys.executable, "-c", _WORKSPACE_CHILD, str(tmp_path / f"in{i}.pt"),
-                        str(tmp_path / f"out{i}.pt")], env=env, check=True, timeout=300)
-        there = torch.load(tmp_path / f"out{i}.pt")
+        there = plans_in_child(tmp_path, i, w, x, plans, NMSPMM_NO_OVERLAP="1")
         for (k, s), a, b in zip(plans, here, there):
             assert torch.equal(a, b.to(a.device)), f"kernel {k} split_k {s}: overlapped and plain launches differ"
 
@@ -458,12 +460,7 @@ def test_bulk_store_bitwise_equals_thread_stores(tmp_path):
         ref, scale = w.reference(x, w.bias)
         for a in here:
             check(a, ref, scale)
-        torch.save(dict(x=x, values=values, indices=indices, pattern=(N, M, L), bias=w.bias, cols=cols,
-                        packed=packed, plans=plans), tmp_path / f"in{i}.pt")
-        env = dict(os.environ, NMSPMM_NO_BULK_STORE="1")
-        subprocess.run([sys.executable, "-c", _WORKSPACE_CHILD, str(tmp_path / f"in{i}.pt"),
-                        str(tmp_path / f"out{i}.pt")], env=env, check=True, timeout=300)
-        there = torch.load(tmp_path / f"out{i}.pt")
+        there = plans_in_child(tmp_path, i, w, x, plans, NMSPMM_NO_BULK_STORE="1")
         for (k, s), a, b in zip(plans, here, there):
             assert torch.equal(a, b.to(a.device)), f"kernel {k} split_k {s}: bulk and per-thread stores differ"
 
