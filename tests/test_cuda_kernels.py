@@ -451,10 +451,11 @@ def test_bulk_store_bitwise_equals_thread_stores(tmp_path):
     # (NMSPMM_NO_BULK_STORE=1), with partial tiles in m and n, bias, and the workspace split-K.
     if torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("no bulk stores on this device")
-    w = large_weight(1056, 1024, 8, 32)  # 1056 columns: a partial 128- and 256-column tile
-    values, indices, N, M, L, (cols, packed) = w.args()
+    # 8:32 runs the k-block-32 fixed-WB kernels, 4:32 the k-block-64 ones; every tile size.
     plans = [(k, s) for k in TILED for s in (1, 4)] + [(k, 1) for k in PACKED]
-    for i, m in enumerate((77, 300)):
+    for i, (N, m) in enumerate(((8, 77), (8, 300), (4, 300))):
+        w = large_weight(1056, 1024, N, 32)  # 1056 columns: a partial 128- and 256-column tile
+        values, indices, N, M, L, (cols, packed) = w.args()
         x = torch.randn(m, w.k, device=DEV)
         here = [ops.spmm_with_plan(x, values, indices, N, M, L, w.bias, cols, packed, k, s) for k, s in plans]
         ref, scale = w.reference(x, w.bias)
@@ -462,7 +463,7 @@ def test_bulk_store_bitwise_equals_thread_stores(tmp_path):
             check(a, ref, scale)
         there = plans_in_child(tmp_path, i, w, x, plans, NMSPMM_NO_BULK_STORE="1")
         for (k, s), a, b in zip(plans, here, there):
-            assert torch.equal(a, b.to(a.device)), f"kernel {k} split_k {s}: bulk and per-thread stores differ"
+            assert torch.equal(a, b.to(a.device)), f"{N}:32 m {m} kernel {k} split_k {s}: bulk and per-thread stores differ"
 
 
 CHAIN_PLANS = [(12, 8), (13, 4), (14, 2), (15, 7), (16, 8), (17, 4), (DECODE, 4), (None, 1)]

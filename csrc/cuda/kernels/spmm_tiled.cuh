@@ -26,10 +26,13 @@
 // one thread-block cluster and sum their partial tiles through distributed shared memory in fixed
 // order; elsewhere each split writes its partial tile to the workspace (no atomics), reduced in
 // the same fixed order by reduce_splits. Deterministic either way.
-// Epilogue on sm_90 (p.bulk_store, tiles of 128+ rows, not with the cluster reduction): the tile
-// (or split-K partial tile) is staged row-major in shared memory and each row written by one bulk asynchronous copy
+// Epilogue on sm_90 (p.bulk_store, not with the cluster reduction): the tile (or split-K partial
+// tile) is staged row-major in shared memory and each row written by one bulk asynchronous copy
 // (bulk_store.cuh); the 2 x TM dependent 16-byte global stores per thread it replaces took 5-14% of
-// the warp samples in an ncu source-level profile (experiments/ncu_s18_source_summary.txt).
+// the warp samples in an ncu source-level profile (experiments/ncu_s18_source_summary.txt). Session
+// 18 compiled it into the 128-row tiles only (in the smaller ones it moved the main loop's register
+// allocation: 64x128 WB 8 went to 2 blocks per SM); with the 64x128 WB >= 8 variants held at 3
+// blocks per SM (MIN_BLOCKS) every tile takes it (experiments/s19_bulk_store_all_tiles_ab.txt).
 #pragma once
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
@@ -76,12 +79,6 @@ struct TiledConfig {
   // at 8:32 and 4:32, in an H100 A/B (experiments/s8_lane_byte_offsets_ab.txt). Not for the
   // smaller tiles: 64x128 at 8:32 measured 2% slower, 64x64 the same.
   static constexpr bool PAIRED_LANES = BM_ == 128 && BN_ == 128;
-  // sm_90 bulk-store epilogue (SpmmParams::bulk_store) compiled in: only for the tiles of 128+ rows,
-  // where it measured 2-6% faster per kernel and split in the full benchmark. In the 64- and 32-row
-  // tiles the extra epilogue moved ptxas's register allocation of the main loop (64x128 WB 8: 166 ->
-  // 174 registers, 3 -> 2 blocks per SM) and their 8:32 / 4:32 plans measured 5-8% slower on geomean
-  // (experiments/s18_bulk_store_ab.txt), so they keep the per-thread stores (their session-17 code).
-  static constexpr bool BULK_STORE = BM_ >= 128;
   static constexpr bool BYTE_OFFSETS = BM_ == 128 && BN_ == 128;
   static constexpr int AS = BM;                  // A_s row stride (floats)
   // Vectors per column tile: L >= 16 in general, L >= 32 for the warp-uniform kernels.
@@ -97,10 +94,12 @@ struct TiledConfig {
   // H100 A/B of the register bound measured faster (experiments/s15_register_bound_ab.txt), those
   // variants ask for more blocks: 64x128 3 (168 registers, WB = 16 and the k-block-64 WB = 8),
   // 32x128 4 (128 registers, k-block 32, WB >= 8), 64x64 (2 warps) 6 (168 registers, WB <= 12).
+  // 64x128 with WB = 8 and 12 is held at 3 too since the bulk-store epilogue (without the bound,
+  // ptxas gives WB = 8 174 registers: 2 blocks per SM; with it 156, no spills).
   static constexpr int MIN_BLOCKS =
       THREADS >= 256 && TM == 16 ? 1
       : !FIXED                   ? 2
-      : BM == 64 && BN == 128    ? ((KB == 32 && WB == 16) || KB == 64 ? 3 : 2)
+      : BM == 64 && BN == 128    ? ((KB == 32 && WB >= 8) || KB == 64 ? 3 : 2)
       : BM == 32 && BN == 128    ? (KB == 32 && WB >= 8 ? 4 : 2)
       : BM == 64 && BN == 64     ? (WB <= 12 ? 6 : 2)
                                  : 2;
@@ -532,7 +531,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
   const bool split = p.split_k > 1;
   float* out = split ? p.workspace + static_cast<int64_t>(blockIdx.z) * M_ * N_ : p.y;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (C::BULK_STORE && p.bulk_store) {
+  if (p.bulk_store) {
     // The tile goes to shared memory (rows of C::BN + 4 floats: 16-byte aligned, and the STS.128 of
     // a warp's 8 rows x 4 column groups spread over all 32 banks), then thread r hands row r to
     // the copy engine. Rows past m are not written; columns past n are not copied.
@@ -597,18 +596,18 @@ template <class C>
 cudaError_t launch_tiled(const SpmmParams& p, cudaStream_t stream) {
   static bool configured[kMaxDevices] = {};
   const cudaError_t err =
-      set_smem_limit_once(configured, spmm_tiled_kernel<C>, static_cast<int>(tiled_smem_bytes<C>(C::KB, true, C::BULK_STORE)));
+      set_smem_limit_once(configured, spmm_tiled_kernel<C>, static_cast<int>(tiled_smem_bytes<C>(C::KB, true, true)));
   if (err != cudaSuccess) return err;
   const int wb = C::KB / p.M * p.N;
   if (C::FIXED && (wb != C::WB || p.L < 32)) return cudaErrorInvalidValue;
   const int qt = p.L >= C::BN ? 1 : C::BN / p.L;
   const int stage = C::stage_floats(wb);
-  const size_t smem = tiled_smem_bytes<C>(wb, p.cluster_reduce, C::BULK_STORE && p.bulk_store && !p.cluster_reduce);
+  const size_t smem = tiled_smem_bytes<C>(wb, p.cluster_reduce, p.bulk_store && !p.cluster_reduce);
   const int64_t mt = (p.m + C::BM - 1) / C::BM, ntl = (p.n + C::BN - 1) / C::BN;
   if (mt > 0x7fffffff || ntl > 65535 || p.split_k > 65535) return cudaErrorInvalidConfiguration;
   dim3 grid(static_cast<unsigned>(mt), static_cast<unsigned>(ntl), static_cast<unsigned>(p.split_k));
   // With cluster_reduce the split_k blocks of a tile (along z) form one cluster.
-  if (C::BULK_STORE && p.bulk_store && (p.n % 4 != 0 || reinterpret_cast<uintptr_t>(p.split_k > 1 ? p.workspace : p.y) % 16 != 0))
+  if (p.bulk_store && (p.n % 4 != 0 || reinterpret_cast<uintptr_t>(p.split_k > 1 ? p.workspace : p.y) % 16 != 0))
     return cudaErrorInvalidValue;
   if (p.cluster_reduce && (p.split_k < 2 || p.split_k > 8 || 2 * C::TM < p.split_k)) return cudaErrorInvalidValue;
   cudaLaunchConfig_t cfg = {};
