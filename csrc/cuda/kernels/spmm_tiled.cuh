@@ -80,6 +80,16 @@ struct TiledConfig {
   // smaller tiles: 64x128 at 8:32 measured 2% slower, 64x64 the same.
   static constexpr bool PAIRED_LANES = BM_ == 128 && BN_ == 128;
   static constexpr bool BYTE_OFFSETS = BM_ == 128 && BN_ == 128;
+  // LANE_OFFSETS: D_s keeps each gather offset 8 times, once per lane row group ml with the lane's
+  // byte offset ml * 16 added, so an A fragment load takes its address straight from D_s (no add
+  // between the offset load and the fragment LDS). Only for the 128x128 WB = 12 kernel (12:32): in
+  // an H100 A/B over the 128x128 16x8-thread-tile k-block-32 kernels its plans gained 1.1-1.6% at
+  // m = 256, 1024, 4096 while those of WB = 8 lost 1.0% and WB = 16 0.6%
+  // (experiments/s19_lane_offsets_ab.txt). Not at k-block 64 either way: the 4:32 kernel's 3
+  // stages would no longer fit twice per SM.
+  static constexpr bool LANE_OFFSETS = BM_ == 128 && BN_ == 128 && TM_ == 16 && KB_ == 32 && WB_ == 12;
+  static constexpr int D_COPIES = LANE_OFFSETS ? 8 : 1;
+  static constexpr int D_GROUP = 4 * D_COPIES;  // ints of D_s per group of 4 compressed rows
   static constexpr int AS = BM;                  // A_s row stride (floats)
   // Vectors per column tile: L >= 16 in general, L >= 32 for the warp-uniform kernels.
   static constexpr int QT_MAX = UNIFORM ? BN / 32 : BN / 16;
@@ -109,13 +119,14 @@ struct TiledConfig {
   static_assert(!PACKED || (KB == kPackKBlock && BN == kPackTileN), "packing metadata shape");
   static_assert(!PACKED || (A_ROWS == 4 || A_ROWS == 8 || A_ROWS == 16), "col_info load width");
   static_assert(!FIXED || (!PACKED && UNIFORM && WB % 4 == 0 && WB <= KB), "fixed-WB configs");
+  static_assert(!LANE_OFFSETS || (BYTE_OFFSETS && PAIRED_LANES && UNIFORM && WARPS_M == 1), "lane offsets");
 
   // Floats of shared memory per stage for wb compressed rows per k-block.
   // D_s holds QT_MAX vector slots of wbp = round_up(wb, 4) offsets each (slot-major, so a
   // warp reads four rows' offsets with one 16-byte load).
   static constexpr __host__ __device__ int d_row_pitch(int wb) { return (wb + 3) / 4 * 4; }
   static constexpr __host__ __device__ int stage_floats(int wb) {
-    return KB * AS + wb * BN + QT_MAX * d_row_pitch(wb);
+    return KB * AS + wb * BN + QT_MAX * d_row_pitch(wb) * D_COPIES;
   }
 };
 
@@ -269,7 +280,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
     const int row = e / qt, vec = e % qt;
     d_ok[d] = e < wb * qt && vec0 + vec < q;
     d_row[d] = row;
-    d_dst[d] = vec * wbp + row;
+    d_dst[d] = C::LANE_OFFSETS ? vec * wbp * C::D_COPIES + (row / 4) * C::D_GROUP + row % 4 : vec * wbp + row;
     d_base[d] = C::PACKED ? 0 : (row / p.N) * p.M;
     d_src[d] = p.indices + (d_ok[d] ? row * q + vec0 + vec : 0);
   }
@@ -293,7 +304,9 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
       const int e = tid + d * C::THREADS;
       if (e < wb * qt) {
         const int row_off = raw[d] < 0 ? 0 : (d_base[d] + raw[d]) * C::AS;
-        Ds[d_dst[d]] = C::BYTE_OFFSETS ? ((s % C::STAGES) * stage_floats + row_off) * 4 : row_off;
+        const int v = C::BYTE_OFFSETS ? ((s % C::STAGES) * stage_floats + row_off) * 4 : row_off;
+#pragma unroll
+        for (int c = 0; c < C::D_COPIES; ++c) Ds[d_dst[d] + 4 * c] = v + 16 * c;
       }
     }
   };
@@ -314,6 +327,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
   // BYTE_OFFSETS: this lane's A fragment base; a gather offset then costs one add per row.
   const char* const a_lane = reinterpret_cast<const char*>(smem + ti);
   auto a_frag_ptr = [&](const float* As, int o, int g) {
+    if constexpr (C::LANE_OFFSETS) return reinterpret_cast<const float4*>(reinterpret_cast<const char*>(smem) + o + 128 * g);
     return reinterpret_cast<const float4*>(C::BYTE_OFFSETS ? a_lane + o + 128 * g
                                                            : reinterpret_cast<const char*>(As + o + ti + 32 * g));
   };
@@ -354,8 +368,8 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
       for (int g = 0; g < groups; ++g) {
         // The next group's offsets (this group's again after the last: a harmless reload).
         const int gn = g + 1 < groups ? g + 1 : g;
-        const int4 n0 = *reinterpret_cast<const int4*>(d0 + 4 * gn);
-        const int4 n1 = C::UNIFORM ? n0 : *reinterpret_cast<const int4*>(d1 + 4 * gn);
+        const int4 n0 = *reinterpret_cast<const int4*>(d0 + C::D_GROUP * gn);
+        const int4 n1 = C::UNIFORM ? n0 : *reinterpret_cast<const int4*>(d1 + C::D_GROUP * gn);
         const int r = 4 * g;
         load_frag(fb, As, Bs, c0.y, c1.y, r + 1);
         fma_frag(fa);
@@ -372,7 +386,8 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
     // Rows past the last full group (wb % 4 != 0: patterns such as 5:32).
     for (int r = groups * 4; r < rows; ++r) {
       Frag f;
-      load_frag(f, As, Bs, d0[r], C::UNIFORM ? 0 : d1[r], r);
+      const int di = C::LANE_OFFSETS ? (r / 4) * C::D_GROUP + r % 4 : r;
+      load_frag(f, As, Bs, d0[di], C::UNIFORM ? 0 : d1[di], r);
       fma_frag(f);
     }
   };
@@ -381,7 +396,10 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
     const float* As = stage_ptr(s);
     const float* Bs = As + C::KB * C::AS;
     const int* Ds = reinterpret_cast<const int*>(Bs + wb * C::BN);
-    compute_stage(As, Bs, Ds + t0 * wbp, Ds + t1 * wbp, stage_rows(s));
+    // LANE_OFFSETS: this lane's copy of every offset (lane row group ml).
+    const int lane_copy = C::LANE_OFFSETS ? 4 * ml : 0;
+    compute_stage(As, Bs, Ds + t0 * wbp * C::D_COPIES + lane_copy, Ds + t1 * wbp * C::D_COPIES + lane_copy,
+                  stage_rows(s));
   };
 
   // Fixed WB, full stage nxt: this stage's math with the copies of stage nxt issued after its
@@ -396,7 +414,8 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
       constexpr int B_ITERS_F = (WB + B_RSTEP - 1) / B_RSTEP;
       const float* As = stage_ptr(s);
       const float* Bs = As + C::KB * C::AS;
-      const int* d0 = reinterpret_cast<const int*>(Bs + WB * C::BN) + t0 * WB;
+      const int* d0 = reinterpret_cast<const int*>(Bs + WB * C::BN) + t0 * WB * C::D_COPIES +
+                      (C::LANE_OFFSETS ? 4 * ml : 0);
       float* const nA = stage_ptr(nxt);
       float* const a_dst = nA + a_r0 * C::AS + a_m;
       float* const b_dst = nA + C::KB * C::AS + b_r0 * C::BN + b_c;
@@ -417,7 +436,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
       load_frag(fa, As, Bs, c.x, c.x, 0);
 #pragma unroll
       for (int g = 0; g < G; ++g) {
-        const int4 n = g + 1 < G ? *reinterpret_cast<const int4*>(d0 + 4 * (g + 1)) : c;
+        const int4 n = g + 1 < G ? *reinterpret_cast<const int4*>(d0 + C::D_GROUP * (g + 1)) : c;
         const int r = 4 * g;
         load_frag(fb, As, Bs, c.y, c.y, r + 1);
         fma_frag(fa);
