@@ -326,6 +326,8 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
   };
   // BYTE_OFFSETS: this lane's A fragment base; a gather offset then costs one add per row.
   const char* const a_lane = reinterpret_cast<const char*>(smem + ti);
+  // LANE_OFFSETS: where this lane's copy of each offset sits in a D_s group (lane row group ml).
+  const int d_lane = C::LANE_OFFSETS ? 4 * ml : 0;
   auto a_frag_ptr = [&](const float* As, int o, int g) {
     if constexpr (C::LANE_OFFSETS) return reinterpret_cast<const float4*>(reinterpret_cast<const char*>(smem) + o + 128 * g);
     return reinterpret_cast<const float4*>(C::BYTE_OFFSETS ? a_lane + o + 128 * g
@@ -396,9 +398,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
     const float* As = stage_ptr(s);
     const float* Bs = As + C::KB * C::AS;
     const int* Ds = reinterpret_cast<const int*>(Bs + wb * C::BN);
-    // LANE_OFFSETS: this lane's copy of every offset (lane row group ml).
-    const int lane_copy = C::LANE_OFFSETS ? 4 * ml : 0;
-    compute_stage(As, Bs, Ds + t0 * wbp * C::D_COPIES + lane_copy, Ds + t1 * wbp * C::D_COPIES + lane_copy,
+    compute_stage(As, Bs, Ds + t0 * wbp * C::D_COPIES + d_lane, Ds + t1 * wbp * C::D_COPIES + d_lane,
                   stage_rows(s));
   };
 
@@ -414,8 +414,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
       constexpr int B_ITERS_F = (WB + B_RSTEP - 1) / B_RSTEP;
       const float* As = stage_ptr(s);
       const float* Bs = As + C::KB * C::AS;
-      const int* d0 = reinterpret_cast<const int*>(Bs + WB * C::BN) + t0 * WB * C::D_COPIES +
-                      (C::LANE_OFFSETS ? 4 * ml : 0);
+      const int* d0 = reinterpret_cast<const int*>(Bs + WB * C::BN) + t0 * WB * C::D_COPIES + d_lane;
       float* const nA = stage_ptr(nxt);
       float* const a_dst = nA + a_r0 * C::AS + a_m;
       float* const b_dst = nA + C::KB * C::AS + b_r0 * C::BN + b_c;
