@@ -404,21 +404,28 @@ def plans_in_child(tmp_path, tag, w, x, plans, **env):
     return torch.load(dst)
 
 
+def assert_switch_keeps_bits(tmp_path, tag, w, x, plans, what, **env):
+    """Runs `plans` on (w, x) here, checks each against the fp64 reference, and asserts that a fresh
+    process with the A/B switch `env` set gives the same bits (`what` names the two paths)."""
+    values, indices, N, M, L, (cols, packed) = w.args()
+    here = [ops.spmm_with_plan(x, values, indices, N, M, L, w.bias, cols, packed, k, s) for k, s in plans]
+    ref, scale = w.reference(x, w.bias)
+    for a in here:
+        check(a, ref, scale)
+    there = plans_in_child(tmp_path, tag, w, x, plans, **env)
+    for (k, s), a, b in zip(plans, here, there):
+        assert torch.equal(a, b.to(a.device)), f"{N}:{M} m {x.shape[0]} kernel {k} split_k {s}: {what} differ"
+
+
 def test_cluster_split_bitwise_equals_workspace_split(tmp_path):
     # The cluster reduction sums the partial tiles in the order reduce_splits does (rank 0, 1, ...,
     # then bias), so both reductions give the same bits.
     if not cluster_split():
         pytest.skip("split-K reduces through the workspace on this device")
     w = large_weight(512, 2048, 2, 8)
-    values, indices, N, M, L, (cols, packed) = w.args()
     x = torch.randn(200, w.k, device=DEV)
-    plans = [(k, 2) for k in TILED + PACKED]
-    here = [ops.spmm_with_plan(x, values, indices, N, M, L, w.bias, cols, packed, k, s) for k, s in plans]
-    there = plans_in_child(tmp_path, "ws", w, x, plans, NMSPMM_NO_CLUSTER_SPLIT="1")
-    ref, scale = w.reference(x, w.bias)
-    for (k, s), a, b in zip(plans, here, there):
-        check(a, ref, scale)
-        assert torch.equal(a, b.to(a.device)), f"kernel {k} split_k {s}: cluster and workspace reductions differ"
+    assert_switch_keeps_bits(tmp_path, "ws", w, x, [(k, 2) for k in TILED + PACKED],
+                             "cluster and workspace reductions", NMSPMM_NO_CLUSTER_SPLIT="1")
 
 
 def test_overlapped_launches_bitwise_equal_plain_stream_order(tmp_path):
@@ -429,20 +436,13 @@ def test_overlapped_launches_bitwise_equal_plain_stream_order(tmp_path):
     if not cluster_split():
         pytest.skip("no programmatic dependent launch on this device")
     w = large_weight(512, 2048, 4, 32)
-    values, indices, N, M, L, (cols, packed) = w.args()
     cases = [(300, [(k, s) for k in TILED for s in (1, 2, 4)] + [(k, 2) for k in PACKED]),
              (16, [(DECODE, 8), (2, 4), (15, 7), (17, 4), (16, 2)]),
              (1, [(12, 8), (14, 4), (13, 2), (12, 8)])]
     for i, (m, plans) in enumerate(cases):
         x = torch.randn(m, w.k, device=DEV)
         x.mul_(2.0)  # x comes from a kernel launched just before the op
-        here = [ops.spmm_with_plan(x, values, indices, N, M, L, w.bias, cols, packed, k, s) for k, s in plans]
-        ref, scale = w.reference(x, w.bias)
-        for a in here:
-            check(a, ref, scale)
-        there = plans_in_child(tmp_path, i, w, x, plans, NMSPMM_NO_OVERLAP="1")
-        for (k, s), a, b in zip(plans, here, there):
-            assert torch.equal(a, b.to(a.device)), f"kernel {k} split_k {s}: overlapped and plain launches differ"
+        assert_switch_keeps_bits(tmp_path, i, w, x, plans, "overlapped and plain launches", NMSPMM_NO_OVERLAP="1")
 
 
 def test_bulk_store_bitwise_equals_thread_stores(tmp_path):
@@ -455,15 +455,8 @@ def test_bulk_store_bitwise_equals_thread_stores(tmp_path):
     plans = [(k, s) for k in TILED for s in (1, 4)] + [(k, 1) for k in PACKED]
     for i, (N, m) in enumerate(((8, 77), (8, 300), (4, 300))):
         w = large_weight(1056, 1024, N, 32)  # 1056 columns: a partial 128- and 256-column tile
-        values, indices, N, M, L, (cols, packed) = w.args()
         x = torch.randn(m, w.k, device=DEV)
-        here = [ops.spmm_with_plan(x, values, indices, N, M, L, w.bias, cols, packed, k, s) for k, s in plans]
-        ref, scale = w.reference(x, w.bias)
-        for a in here:
-            check(a, ref, scale)
-        there = plans_in_child(tmp_path, i, w, x, plans, NMSPMM_NO_BULK_STORE="1")
-        for (k, s), a, b in zip(plans, here, there):
-            assert torch.equal(a, b.to(a.device)), f"{N}:32 m {m} kernel {k} split_k {s}: bulk and per-thread stores differ"
+        assert_switch_keeps_bits(tmp_path, i, w, x, plans, "bulk and per-thread stores", NMSPMM_NO_BULK_STORE="1")
 
 
 CHAIN_PLANS = [(12, 8), (13, 4), (14, 2), (15, 7), (16, 8), (17, 4), (DECODE, 4), (None, 1)]
