@@ -34,7 +34,7 @@ def _extension():
     debug = os.environ.get("DEBUG", "0") == "1"
     opt = ["-O0", "-g"] if debug else ["-O3"]
     cxx = opt + ["-std=c++20", "-DPy_LIMITED_API=0x03090000"]
-    sources = [os.path.join("csrc", "nmspmm_ops.cpp")] + sorted(glob.glob(os.path.join("csrc", "cpu", "*.cpp")))
+    sources = [os.path.join("csrc", "nmspmm_ops.cpp"), os.path.join("csrc", "autograd.cpp")] + sorted(glob.glob(os.path.join("csrc", "cpu", "*.cpp")))
     include_dirs = [os.path.join(ROOT, "csrc")]
     if _want_cuda():
         os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "8.0;9.0")

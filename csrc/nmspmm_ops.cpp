@@ -1,6 +1,7 @@
 // The nmspmm operator library: every schema lives here, once. Backends register their
-// implementations in csrc/cpu/ops_cpu.cpp (CPU reference) and csrc/cuda/ops_cuda.cu (CUDA).
-// Fake (meta) kernels and autograd are registered from Python in nmspmm/_ops.py.
+// implementations in csrc/cpu/ops_cpu.cpp (CPU reference) and csrc/cuda/*.cpp (CUDA), autograd
+// of spmm / spmm_with_plan in csrc/autograd.cpp. Fake (meta) kernels are registered from Python
+// in nmspmm/_ops.py.
 #include <Python.h>
 #include <torch/library.h>
 

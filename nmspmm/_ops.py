@@ -1,6 +1,6 @@
-"""Loads the compiled op library and registers what lives in Python: fake (meta) kernels for
-torch.compile, and autograd for the input (and bias) of ``spmm`` and ``spmm_with_plan``. The
-schemas are in csrc/nmspmm_ops.cpp."""
+"""Loads the compiled op library and registers what lives in Python: the fake (meta) kernels for
+torch.compile. The schemas are in csrc/nmspmm_ops.cpp; autograd of ``spmm`` and ``spmm_with_plan``
+(the input and the bias; the weight is frozen) in csrc/autograd.cpp."""
 from __future__ import annotations
 
 import functools
@@ -59,40 +59,6 @@ def _spmm_fake(x, values, indices, N, M, L, bias=None, col_info=None, packed_ind
 @torch.library.register_fake("nmspmm::spmm_with_plan")
 def _spmm_with_plan_fake(x, values, indices, N, M, L, bias, col_info, packed_indices, kernel, split_k):
     return _spmm_fake_impl(x, values)
-
-
-# Autograd: the weight is frozen (values and indices are buffers); dL/dx = dL/dy @ W and
-# dL/dbias = sum of dL/dy, both through registered ops, so the backward also compiles.
-def _spmm_setup_context(ctx, inputs, output):
-    x, values, indices, N, M, L, bias = inputs[:7]
-    if values.requires_grad:
-        raise RuntimeError("nmspmm.spmm: gradients for the compressed weight values are not "
-                           "supported; the sparse weight is frozen (values.requires_grad must be False)")
-    ctx.save_for_backward(values, indices)
-    ctx.pattern = (N, M, L)
-    ctx.x_shape = x.shape
-    ctx.has_bias = bias is not None
-
-
-def _spmm_backward(ctx, grad_y):
-    values, indices = ctx.saved_tensors
-    N, M, L = ctx.pattern
-    grad_x = grad_bias = None
-    if ctx.needs_input_grad[0]:
-        dense = ops.decompress(values, indices, N, M, L)  # [out, in]
-        grad_x = (grad_y.reshape(-1, dense.shape[0]) @ dense).reshape(ctx.x_shape)
-    if ctx.has_bias and ctx.needs_input_grad[6]:
-        grad_bias = grad_y.reshape(-1, grad_y.shape[-1]).sum(0)
-    return grad_x, None, None, None, None, None, grad_bias, None, None
-
-
-def _spmm_with_plan_backward(ctx, grad_y):
-    return _spmm_backward(ctx, grad_y) + (None, None)  # kernel, split_k
-
-
-torch.library.register_autograd("nmspmm::spmm", _spmm_backward, setup_context=_spmm_setup_context)
-torch.library.register_autograd("nmspmm::spmm_with_plan", _spmm_with_plan_backward,
-                                setup_context=_spmm_setup_context)
 
 
 @functools.lru_cache(maxsize=None)

@@ -186,8 +186,13 @@ class NMLinear(nn.Module):
 
     # ----------------------------------------------------------------------------------- compute
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = self.values.dtype
-        y = ops.spmm(x.to(dtype), self.values, self.indices, self.N, self.M, self.L, self.bias,
+        values = self.values
+        # No .to() when the dtypes match: each is a dispatched call, and at decode the host time
+        # of this method is what a step waits on.
+        if x.dtype == values.dtype:
+            return ops.spmm(x, values, self.indices, self.N, self.M, self.L, self.bias,
+                            self.col_info, self.packed_indices)
+        y = ops.spmm(x.to(values.dtype), values, self.indices, self.N, self.M, self.L, self.bias,
                      self.col_info, self.packed_indices)
         return y.to(x.dtype)
 

@@ -541,6 +541,43 @@ def test_spmm_no_grad_output_when_inputs_frozen(device, nm):
     assert not y.requires_grad
 
 
+def test_spmm_bias_grad_only(device, nm):
+    # x frozen, bias trainable: the bias gets dL/dbias and x gets nothing (the autograd node's
+    # gradient slots count tensor inputs only, so the bias slot must be found by position).
+    N, M, L = 2, 4, 16
+    values, indices = nm.random_packed(32, 64, N, M, L, device=device)
+    x = torch.randn(2, 3, 64, device=device)
+    bias = torch.randn(32, device=device, requires_grad=True)
+    grad_y = torch.randn(2, 3, 32, device=device)
+    y = ops.spmm(x, values, indices, N, M, L, bias)
+    assert y.requires_grad and y.grad_fn is not None
+    y.backward(grad_y)
+    torch.testing.assert_close(bias.grad.double(), grad_y.double().sum((0, 1)), rtol=1e-5, atol=1e-5)
+    assert x.grad is None
+
+
+@pytest.mark.parametrize("with_bias", [False, True], ids=["nobias", "bias"])
+def test_spmm_with_plan_backward_matches_dense(with_bias, device, nm):
+    # The generic kernel (0) on every device; on CUDA also a tiled plan (kernel 4, split 2).
+    N, M, L = 4, 32, 32
+    values, indices = nm.random_packed(64, 128, N, M, L, device=device)
+    dense = nm.ref_decompress(values, indices, N, M, L).double()
+    plans = [(0, 1)] + ([(4, 2)] if values.is_cuda else [])
+    for kernel, split_k in plans:
+        x = torch.randn(20, 128, device=device, requires_grad=True)
+        bias = torch.randn(64, device=device, requires_grad=True) if with_bias else None
+        grad_y = torch.randn(20, 64, device=device)
+        y = ops.spmm_with_plan(x, values, indices, N, M, L, bias, None, None, kernel, split_k)
+        y.backward(grad_y)
+        scale = (grad_y.double().abs() @ dense.abs()).max().item()
+        torch.testing.assert_close(x.grad.double(), grad_y.double() @ dense, rtol=1e-5, atol=1e-6 * scale)
+        if with_bias:
+            torch.testing.assert_close(bias.grad.double(), grad_y.double().sum(0), rtol=1e-5, atol=1e-5)
+    with torch.no_grad():
+        y = ops.spmm_with_plan(x, values, indices, N, M, L, bias, None, None, 0, 1)
+    assert not y.requires_grad and y.grad_fn is None
+
+
 def test_spmm_compiles_with_autograd(device, nm):
     # torch.compile (aot_eager: no C++ compiler needed) traces the op, its fake kernel and the
     # registered backward without graph breaks, with dynamic batch sizes.
