@@ -27,6 +27,9 @@ from torch import nn
 from ._ops import ops
 from .format import NMWeight, _check_device
 
+# The spmm overload itself: calling it skips the packet's per-call overload lookup.
+_spmm = ops.spmm.default
+
 __all__ = ["NMLinear", "sparsify_", "sparsify_report", "SparsifyReport", "LayerReport",
            "DEFAULT_TARGETS", "sparse_metadata"]
 
@@ -186,15 +189,16 @@ class NMLinear(nn.Module):
 
     # ----------------------------------------------------------------------------------- compute
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        values = self.values
-        # No .to() when the dtypes match: each is a dispatched call, and at decode the host time
-        # of this method is what a step waits on.
+        # At decode the host time of this method is what a step waits on, so it reads the buffer
+        # and parameter dicts directly (nn.Module.__getattr__ costs ~1 us per name), calls the op
+        # overload (not the packet, which resolves it per call) and skips same-dtype .to() calls.
+        buffers = self._buffers
+        values = buffers["values"]
+        args = (buffers["indices"], self.N, self.M, self.L, self._parameters["bias"],
+                buffers["col_info"], buffers["packed_indices"])
         if x.dtype == values.dtype:
-            return ops.spmm(x, values, self.indices, self.N, self.M, self.L, self.bias,
-                            self.col_info, self.packed_indices)
-        y = ops.spmm(x.to(values.dtype), values, self.indices, self.N, self.M, self.L, self.bias,
-                     self.col_info, self.packed_indices)
-        return y.to(x.dtype)
+            return _spmm(x, values, *args)
+        return _spmm(x.to(values.dtype), values, *args).to(x.dtype)
 
     @property
     def packed(self) -> NMWeight:
