@@ -99,24 +99,29 @@ bool needs_grad(const at::Tensor& x, const at::Tensor& values, const OptTensor& 
          (x.requires_grad() || values.requires_grad() || (bias.has_value() && bias->requires_grad()));
 }
 
+// The Autograd kernel of both ops: straight to the backend when nothing needs a gradient.
+at::Tensor spmm_autograd_impl(bool with_plan, const at::Tensor& x, const at::Tensor& values,
+                              const at::Tensor& indices, int64_t N, int64_t M, int64_t L, const OptTensor& bias,
+                              const OptTensor& col_info, const OptTensor& packed_indices, int64_t kernel,
+                              int64_t split_k) {
+  if (!needs_grad(x, values, bias))
+    return call_below_autograd(with_plan, x, values, indices, N, M, L, bias, col_info, packed_indices, kernel,
+                               split_k);
+  return SpmmFunction::apply(x, values, indices, N, M, L, bias, col_info, packed_indices, kernel, split_k,
+                             with_plan);
+}
+
 at::Tensor spmm_autograd(const at::Tensor& x, const at::Tensor& values, const at::Tensor& indices, int64_t N,
                          int64_t M, int64_t L, const OptTensor& bias, const OptTensor& col_info,
                          const OptTensor& packed_indices) {
-  if (!needs_grad(x, values, bias))
-    return call_below_autograd(false, x, values, indices, N, M, L, bias, col_info, packed_indices, -1, 1);
-  return SpmmFunction::apply(x, values, indices, N, M, L, bias, col_info, packed_indices, int64_t{-1},
-                             int64_t{1}, false);
+  return spmm_autograd_impl(false, x, values, indices, N, M, L, bias, col_info, packed_indices, -1, 1);
 }
 
 at::Tensor spmm_with_plan_autograd(const at::Tensor& x, const at::Tensor& values, const at::Tensor& indices,
                                    int64_t N, int64_t M, int64_t L, const OptTensor& bias,
                                    const OptTensor& col_info, const OptTensor& packed_indices, int64_t kernel,
                                    int64_t split_k) {
-  if (!needs_grad(x, values, bias))
-    return call_below_autograd(true, x, values, indices, N, M, L, bias, col_info, packed_indices, kernel,
-                               split_k);
-  return SpmmFunction::apply(x, values, indices, N, M, L, bias, col_info, packed_indices, kernel, split_k,
-                             true);
+  return spmm_autograd_impl(true, x, values, indices, N, M, L, bias, col_info, packed_indices, kernel, split_k);
 }
 
 }  // namespace
