@@ -68,11 +68,14 @@ struct TiledConfig {
   static constexpr int STAGES = 3;
   // How many iterations ahead of its store a stage's index bytes are fetched: 1 (at the start of
   // the iteration that stores them, after its math) or 2 (one iteration earlier). 2 only for the
-  // 128x128 k-block-64 WB = 8 kernel (4:32): +8-10% on its plans in two H100 A/Bs (100-point
-  // shapes at m = 256, 512; 4096^3 0.544 -> 0.504 ms). Applied to every config it measured
-  // +2-5% for some and -3-6% for others (128x128 WB = 8, 64x64 WB = 16), none consistent
-  // across runs but this one; experiments/index_ahead_ab.txt.
-  static constexpr int INDEX_AHEAD = BM_ == 128 && BN_ == 128 && TM_ == 16 && WB_ == 8 && KB_ == 64 ? 2 : 1;
+  // k-block-64 WB = 8 kernels (4:32) of the 128x128 (16x8 thread tile) and 32x128 tiles.
+  // 128x128: +8-10% on its plans in two H100 A/Bs (100-point shapes at m = 256, 512; 4096^3
+  // 0.544 -> 0.504 ms; experiments/index_ahead_ab.txt). 32x128 (session 21, two interleaved
+  // repetitions of flushed CUDA-graph timings, experiments/s21_index_ahead_ab.txt): its 6 plans
+  // 1.09x on geomean (256x2048x2048 29.5 -> 23.4 us, 256x4096x4096 1.16x, 1.01-1.07x on the
+  // others), while every other config's plans lost 1-6% with 2 (or 3) stages ahead.
+  static constexpr int INDEX_AHEAD =
+      BN_ == 128 && WB_ == 8 && KB_ == 64 && ((BM_ == 128 && TM_ == 16) || BM_ == 32) ? 2 : 1;
   // The 128x128 tiles (16x8 and 8x8 thread tiles) pair their lanes for shared-memory loads and
   // keep gather offsets in D_s as byte offsets from the start of shared memory (stage included),
   // so a row's A fragment address is one add: +6% (16:32) and +3% (12:32) on their plans, +/-1%
