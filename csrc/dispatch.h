@@ -28,7 +28,7 @@ enum KernelId : int {
   kDecodeW16 = 14,      // reduced through distributed shared memory (no workspace, one launch)
   kDecodeStaged128 = 15,  // m <= 16, sm_90: 8 warps per block over 128 / 256 / 512 output columns
   kDecodeStaged256 = 16,  // sharing one cp.async-staged copy of x, k split over the block's warps
-  kDecodeStaged512 = 17,  // and the split_k (1..8) blocks of a cluster, reduced on chip
+  kDecodeStaged512 = 17,  // and the split_k (1..16) blocks of a cluster, reduced on chip
   kNumKernels = 18,
 };
 
@@ -40,9 +40,9 @@ inline bool is_staged_decode_kernel(int kernel) { return kernel >= kDecodeStaged
 inline int cluster_decode_warps(int kernel) { return 4 << (kernel - kDecodeW4); }
 // Column warps per block of a staged decode kernel (15-17): 128 output columns each.
 inline int staged_decode_col_warps(int kernel) { return 1 << (kernel - kDecodeStaged128); }
-// Largest cluster size (split_k) of a cluster decode kernel: 16 (non-portable above 8) for the
-// m <= 2 kernels, 8 for the staged ones.
-inline int max_decode_cluster_size(int kernel) { return kernel <= kDecodeW16 ? 16 : 8; }
+// Largest cluster size (split_k) of a cluster decode kernel: 16 (non-portable above 8; a device
+// that cannot place 16 fails the launch).
+inline int max_decode_cluster_size(int kernel) { (void)kernel; return 16; }
 // Largest m of the cluster decode kernels (beyond it the split-K decode kernel is faster).
 constexpr int kClusterDecodeMaxM = 2;
 
@@ -224,12 +224,31 @@ inline Plan staged_decode_plan(int64_t n, int64_t k, int64_t M, int num_sms) {
   return {kernel, best_split};
 }
 
+// A narrow layer's staged decode plan splits k over clusters of 16 blocks where each block still
+// walks at least this many compressed rows, 6 per warp (choose_staged_decode).
+constexpr int64_t kStagedWideClusterMinRows = 48;
+
 // Decode (3 <= m <= 16) on sm_90: the staged decode kernel, or {-1, 0} where it cannot run (M >
-// 512). See staged_decode_plan.
-inline Plan choose_staged_decode(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, int num_sms) {
-  (void)N;
+// 512). See staged_decode_plan. A narrow layer, whose 128-column tiles x 16 fill at most one block
+// per SM (up to 1024 columns on H100), instead splits k over clusters of 16 blocks (non-portable;
+// where max_cluster allows it) if each block keeps at least kStagedWideClusterMinRows compressed
+// rows. Session-22 sweeps (tools/decode_sweep.py with cluster sizes 1..16, H100, CUDA graphs;
+// experiments/s22_decode_sweep_{llama,narrow}.csv): on 5 narrow layers (256..1024 columns) x 4
+// sparsities x m = 3, 4, 8, 16 the pick is 2.6% above the best plan on geomean (worst 1.24x),
+// clusters of at most 8 21% (worst 1.52x); Llama-3-8B k/v (1024x4096) at m = 8 / 16 runs 1.15 /
+// 1.14x faster at 16:32 (9.06 -> 7.89 us at m = 8). With fewer rows per block (1024x4096 4:32:
+// 32) clusters of 16 measured slower (4.71 against 4.07 us at m = 8). On the 4096-column and
+// wider Llama layers clusters above 8 ran slower than the plan above (up to 1.5x: they do not fit
+// the GPCs in one wave), and the rule leaves those plans unchanged.
+inline Plan choose_staged_decode(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, int num_sms,
+                                 int max_cluster = 16) {
   if (m < 3 || m > 16 || M > 512) return {-1, 0};
-  return staged_decode_plan(n, k, M, num_sms);
+  const Plan plan = staged_decode_plan(n, k, M, num_sms);
+  const int64_t windows = k / M;
+  if (max_cluster >= 16 && plan.kernel == kDecodeStaged128 && ceil_div_i(n, 128) * 16 <= num_sms &&
+      windows / 16 * N >= kStagedWideClusterMinRows)
+    return {kDecodeStaged128, 16};
+  return plan;
 }
 
 // A warp of a cluster decode kernel that walks more compressed rows than this goes without
@@ -302,8 +321,8 @@ inline Plan choose_cluster_decode(int64_t m, int64_t n, int64_t k, int64_t N, in
 }
 
 // clusters: the device has thread-block clusters (compute capability >= 9.0).
-// max_cluster: the largest cluster of the m <= 2 decode kernels the device places (16 on H100 /
-// H200; 8 is always portable).
+// max_cluster: the largest cluster of the decode kernels the device places (16 on H100 / H200; 8
+// is always portable).
 inline Plan choose_plan(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, int64_t L,
                         bool has_col_info, int num_sms, bool clusters = true, int max_cluster = 16) {
   if (num_sms <= 0) num_sms = 132;
@@ -311,7 +330,7 @@ inline Plan choose_plan(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, i
   if (m <= kClusterDecodeMaxM && clusters) return choose_cluster_decode(m, n, k, N, M, num_sms, max_cluster);
   if (m <= 16) {
     if (clusters) {
-      const Plan staged = choose_staged_decode(m, n, k, N, M, num_sms);
+      const Plan staged = choose_staged_decode(m, n, k, N, M, num_sms, max_cluster);
       if (staged.kernel >= 0) return staged;
     }
     // Decode: enough blocks to keep every SM streaming the weight.

@@ -382,9 +382,9 @@ def test_plan_cluster_decode_split_k_is_a_cluster_size(device):
     with raises(r"split_k of kernel 12 is its cluster size and must be in \[1, 16\], got 17"):
         ops.spmm_with_plan(torch.randn(2, 64, device=device), values, indices, 2, 4, 16, None, None,
                            None, 12, 17)
-    with raises(r"split_k of kernel 15 is its cluster size and must be in \[1, 8\], got 9"):
+    with raises(r"split_k of kernel 15 is its cluster size and must be in \[1, 16\], got 17"):
         ops.spmm_with_plan(torch.randn(2, 64, device=device), values, indices, 2, 4, 16, None, None,
-                           None, 15, 9)
+                           None, 15, 17)
 
 
 @pytest.mark.parametrize("device", PLAN_DEVICES)

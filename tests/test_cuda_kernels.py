@@ -210,7 +210,7 @@ def _plan_cases():
         add(kernel, N, M, 32, m, (1, 2, 8) if kernel in CLUSTER else (1, 2, 4))
     # Cluster sizes that are not powers of two: the last rank reduces a shorter slice of the tile.
     for kernel, (N, M), m in itertools.product(CLUSTER, PATTERNS, MS):
-        add(kernel, N, M, 32, m, (3, 5, 6, 7))
+        add(kernel, N, M, 32, m, (3, 5, 6, 7, 16))
     # Tiled split-K that is not a power of two (3), and more splits than k-blocks (8, 16: empty
     # splits), with 17 and 255 rows.
     for kernel, (N, M), m in itertools.product(TILED + PACKED, PATTERNS, (17, 255)):
@@ -269,10 +269,11 @@ def test_llama_shapes(shape, pattern):
             run_checked(w, torch.randn(m, w.k, device=DEV), None, 1, w.bias, with_col_info)
     # Forced plans: decode with and without split-K, every tiled and packed kernel.
     # The staged decode kernels at these k run several double-buffered x chunks per block.
-    # Cluster decode kernels also with non-portable clusters of 11 and 16 blocks.
+    # Cluster decode kernels also with non-portable clusters of 11 to 16 blocks.
     for kernel, split_k, m in [(DECODE, 1, 16), (DECODE, 8, 3), (12, 8, 1), (12, 2, 2), (13, 1, 1),
                                (12, 16, 1), (12, 11, 2), (13, 16, 2), (14, 16, 1), (14, 4, 2), (15, 1, 16),
-                               (15, 8, 5), (16, 2, 9), (16, 4, 1), (17, 1, 3), (17, 8, 16)] + [(k, s, 256) for k in TILED + PACKED for s in (1, 4)]:
+                               (15, 8, 5), (15, 16, 8), (15, 13, 16), (16, 2, 9), (16, 4, 1), (16, 14, 16), (17, 1, 3), (17, 8, 16),
+                               (17, 16, 4)] + [(k, s, 256) for k in TILED + PACKED for s in (1, 4)]:
         run_checked(w, torch.randn(m, w.k, device=DEV), kernel, split_k, w.bias)
 
 

@@ -91,9 +91,15 @@ def _check(m, n, k, N, M, L, has_col_info, sms, clusters=True):
         assert kernel in ({DECODE} | STAGED_DECODE if clusters else {DECODE}), where
     if kernel in CLUSTER_DECODE or kernel in STAGED_DECODE:
         # The cluster size: up to 16 (non-portable) only for 4-warp blocks at m = 1, on layers of at
-        # most 16 column tiles (12 up to 32 tiles).
+        # most 16 column tiles (12 up to 32 tiles), and for the 128-column staged kernel at m >= 3
+        # on layers whose tiles x 16 fit one block per SM.
         limit = 16 if n <= 2048 else 12 if n <= 4096 else 8
-        assert 1 <= split_k <= (limit if kernel == 12 and m == 1 else 8), where
+        if kernel == 12 and m == 1:
+            assert 1 <= split_k <= limit, where
+        elif kernel == 15 and m >= 3 and split_k > 8:
+            assert split_k == 16 and -(-n // 128) * 16 <= (sms if sms > 0 else 132), where
+        else:
+            assert 1 <= split_k <= 8, where
     if kernel in PACKED:
         assert has_col_info, where
     return kernel, split_k
@@ -160,6 +166,13 @@ def test_heuristic_small_m_portable_cluster_sizes():
         ops.spmm_heuristic(1, 4096, 4096, 4, 32, 32, False, 132, True, 0)
 
 
+def test_heuristic_staged_portable_cluster_sizes():
+    # max_cluster 8: the staged plans of narrow layers stay within 8 too.
+    for (n, k), N, m in itertools.product([(1024, 4096), (512, 2048), (1024, 14336)], (4, 8, 12, 16), (3, 8, 16)):
+        kernel, split_k = plan(m, n, k, N, 32, 32, False, max_cluster=8)
+        assert kernel in STAGED_DECODE and 1 <= split_k <= 8, (m, n, k, N, kernel, split_k)
+
+
 def test_heuristic_small_m_without_staged_tile_keeps_cluster_kernel():
     # M > 512: the staged kernel cannot run, so long k-ranges stay on a cluster decode kernel.
     for m in (1, 2):
@@ -169,10 +182,15 @@ def test_heuristic_small_m_without_staged_tile_keeps_cluster_kernel():
 
 # (m, n, k, N) -> plan, measured best or within 2% of it on H100 (session-10 sweep, cluster sizes
 # 1..8: experiments/s10_decode_sweep_cluster_sizes.csv): the staged decode kernel with the tile and
-# cluster size that give the most blocks within 1.7 per SM.
-STAGED_PICKS = {(8, 4096, 4096, 4): (15, 7), (16, 4096, 4096, 8): (15, 7), (4, 1024, 4096, 16): (15, 8),
+# cluster size that give the most blocks within 1.7 per SM; narrow layers (128-column tiles x 16
+# within one block per SM, >= 48 compressed rows per block) with clusters of 16 (session-22 sweeps,
+# cluster sizes 1..16: experiments/s22_decode_sweep_{llama,narrow}.csv). 1024x4096 4:32 (32 rows per
+# block) keeps clusters of 8: 16 measured 1.17x slower at m = 8.
+STAGED_PICKS = {(8, 4096, 4096, 4): (15, 7), (16, 4096, 4096, 8): (15, 7), (4, 1024, 4096, 16): (15, 16),
                 (16, 14336, 4096, 8): (17, 8), (8, 11008, 4096, 12): (16, 5), (16, 4096, 11008, 4): (15, 7),
-                (8, 4096, 14336, 16): (15, 7), (4, 4096, 11008, 8): (15, 7)}
+                (8, 4096, 14336, 16): (15, 7), (4, 4096, 11008, 8): (15, 7), (8, 1024, 4096, 16): (15, 16),
+                (16, 1024, 4096, 8): (15, 16), (3, 1024, 14336, 8): (15, 16), (8, 256, 4096, 12): (15, 16),
+                (8, 1024, 4096, 4): (15, 8)}
 
 
 @pytest.mark.parametrize("point", list(STAGED_PICKS), ids=str)

@@ -25,7 +25,7 @@ ops = torch.ops.nmspmm
 SHAPES = [(4096, 4096), (11008, 4096), (4096, 11008), (1024, 4096), (14336, 4096), (4096, 14336),
           (2048, 2048), (8192, 2048), (2048, 8192), (512, 2048)]
 CLUSTER = {12: 2, 13: 2, 14: 2, 15: 16, 16: 16, 17: 16}  # kernel -> largest m
-MAX_CLUSTER = {12: 16, 13: 16, 14: 16, 15: 8, 16: 8, 17: 8}  # kernel -> largest cluster size
+MAX_CLUSTER = {12: 16, 13: 16, 14: 16, 15: 16, 16: 16, 17: 16}  # kernel -> largest cluster size
 
 
 def weight_copies(p, l2):

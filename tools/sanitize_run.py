@@ -26,8 +26,8 @@ for (m, n, k, N, M, L) in cases:
         if kernel in (9, 10) and M > 32:
             continue
         # Tiled split 3 reduces in a cluster on sm_90, 16 through the workspace.
-        # Cluster decode kernels 12-14 also with a non-portable cluster of 16 blocks.
-        for split in ((1, 3, 8, 16) if 12 <= kernel <= 14 else (1, 3, 8) if kernel >= 15
+        # Cluster decode kernels 12-17 also with a non-portable cluster of 16 blocks.
+        for split in ((1, 3, 8, 16) if kernel >= 12
                       else (1, 2, 3, 16) if 2 <= kernel < 12 else (1, 2)):
             y = ops.spmm_with_plan(x, p.values, p.indices, N, M, L, None, p.col_info,
                                    p.packed_indices, kernel, split)

@@ -50,9 +50,10 @@ inline int64_t tiled_xt_ld(int64_t m) { return (m + 3) / 4 * 4; }
 // Returns cudaErrorInvalidValue for a kernel that cannot run this pattern, else the launch status.
 cudaError_t launch_spmm(const SpmmParams& p, int kernel, cudaStream_t stream);
 
-// The largest cluster (split_k) the m = 1 cluster decode kernel with 4 warps per block can be
-// launched with on the current device: 16 where it places one (H100, H200), else 8 (portable).
-// A host-side occupancy query, no launch; the binding caches it per device.
+// The largest cluster (split_k) the decode kernels can be launched with on the current device: 16
+// where it places one of the m = 1 cluster decode kernel with 4 warps per block and one of the
+// largest staged decode block (H100, H200), else 8 (portable). A host-side occupancy query, no
+// launch; the binding caches it per device.
 cudaError_t decode_cluster_max_size(int* size);
 
 }  // namespace kernels

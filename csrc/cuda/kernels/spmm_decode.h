@@ -6,7 +6,7 @@
 namespace nmspmm {
 namespace kernels {
 
-// Largest cluster of the m <= 2 kernels: above 8 blocks a cluster size is non-portable (H100 and
+// Largest cluster of the decode kernels: above 8 blocks a cluster size is non-portable (H100 and
 // H200 take 16). Matches max_decode_cluster_size in dispatch.h.
 constexpr int kMaxDecodeClusterSize = 16;
 
@@ -15,9 +15,13 @@ constexpr int kMaxDecodeClusterSize = 16;
 cudaError_t launch_decode_cluster(const SpmmParams& p, int warps, cudaStream_t stream);
 
 // m <= 16, L >= 4, M <= 512 (spmm_decode_staged.cu): 8 warps per block over 128 x `col_warps`
-// (1, 2 or 4) output columns, p.split_k blocks per cluster (1..8) splitting k. Needs
+// (1, 2 or 4) output columns, p.split_k blocks per cluster (1..kMaxDecodeClusterSize) splitting k. Needs
 // compute capability 9.0.
 cudaError_t launch_decode_staged(const SpmmParams& p, int col_warps, cudaStream_t stream);
+
+// Whether the current device places a cluster of `size` blocks of the largest staged decode block
+// (8 warps, 64 KiB of shared memory): a host-side occupancy query, no launch.
+cudaError_t decode_staged_places_cluster(int size, bool* ok);
 
 }  // namespace kernels
 }  // namespace nmspmm

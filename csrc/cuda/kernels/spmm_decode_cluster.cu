@@ -175,7 +175,11 @@ cudaError_t decode_cluster_max_size(int* size) {
   int clusters = 0;
   err = cudaOccupancyMaxActiveClusters(&clusters, spmm_decode_cluster_kernel<1, 4>, &cfg);
   if (err != cudaSuccess) return err;
-  if (clusters >= 1) *size = kMaxDecodeClusterSize;
+  if (clusters < 1) return cudaSuccess;
+  bool staged_ok = false;
+  err = decode_staged_places_cluster(kMaxDecodeClusterSize, &staged_ok);
+  if (err != cudaSuccess) return err;
+  if (staged_ok) *size = kMaxDecodeClusterSize;
   return cudaSuccess;
 }
 

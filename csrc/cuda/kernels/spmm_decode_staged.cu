@@ -14,7 +14,7 @@
 //    accumulators leave room for 4-row batches at 128 registers) with rolling prefetch: row r of
 //    the next batch is issued as soon as row r of this one is in registers;
 //  * the block's KW partial sums are added in fixed order through shared memory, then the
-//    cluster's blocks (gridDim.y == cluster size, 1..8, splitting k) add theirs through distributed
+//    cluster's blocks (gridDim.y == cluster size, 1..16, splitting k) add theirs through distributed
 //    shared memory, each block writing a slice of the tile (+ bias). One launch, no workspace, no
 //    atomics: bitwise deterministic and CUDA-graph capturable.
 // Shared memory is 4 KiB x MR either way: two x buffers [2][MR][512] in the main loop, the partial
@@ -209,8 +209,13 @@ __global__ void __launch_bounds__(kStagedWarps * 32, 2) spmm_decode_staged_kerne
 template <int MR, int CW>
 cudaError_t launch_one(const SpmmParams& p, cudaStream_t stream) {
   static bool configured[kMaxDevices] = {};
-  const cudaError_t err = set_smem_limit_once(configured, spmm_decode_staged_kernel<MR, CW>, staged_smem_bytes<MR>());
+  cudaError_t err = set_smem_limit_once(configured, spmm_decode_staged_kernel<MR, CW>, staged_smem_bytes<MR>());
   if (err != cudaSuccess) return err;
+  if (p.split_k > 8) {  // clusters of more than 8 blocks are non-portable: allowed once per kernel and device
+    static bool large[kMaxDevices] = {};
+    err = allow_large_clusters_once(large, spmm_decode_staged_kernel<MR, CW>);
+    if (err != cudaSuccess) return err;
+  }
   return launch_split_k_clusters(spmm_decode_staged_kernel<MR, CW>, p, (p.n + 128 * CW - 1) / (128 * CW),
                                  kStagedWarps * 32, staged_smem_bytes<MR>(), stream);
 }
@@ -224,9 +229,34 @@ cudaError_t launch_rows(const SpmmParams& p, cudaStream_t stream) {
 
 }  // namespace
 
+cudaError_t decode_staged_places_cluster(int size, bool* ok) {
+  *ok = false;
+  // The largest block of the staged kernels (m = 9..16: 64 KiB of shared memory).
+  static bool smem_set[kMaxDevices] = {}, large[kMaxDevices] = {};
+  cudaError_t err = set_smem_limit_once(smem_set, spmm_decode_staged_kernel<16, 1>, staged_smem_bytes<16>());
+  if (err == cudaSuccess && size > 8) err = allow_large_clusters_once(large, spmm_decode_staged_kernel<16, 1>);
+  if (err != cudaSuccess) return err;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(1, static_cast<unsigned>(size), 1);
+  cfg.blockDim = dim3(kStagedWarps * 32, 1, 1);
+  cfg.dynamicSmemBytes = staged_smem_bytes<16>();
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = 1;
+  attr[0].val.clusterDim.y = static_cast<unsigned>(size);
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  int clusters = 0;
+  err = cudaOccupancyMaxActiveClusters(&clusters, spmm_decode_staged_kernel<16, 1>, &cfg);
+  if (err != cudaSuccess) return err;
+  *ok = clusters >= 1;
+  return cudaSuccess;
+}
+
 cudaError_t launch_decode_staged(const SpmmParams& p, int col_warps, cudaStream_t stream) {
   if (p.m < 1 || p.m > 16 || p.L < 4 || p.n % 4 != 0 || p.M > kStagedXCols) return cudaErrorInvalidValue;
-  if (p.split_k < 1 || p.split_k > 8) return cudaErrorInvalidValue;  // the cluster size
+  if (p.split_k < 1 || p.split_k > kMaxDecodeClusterSize) return cudaErrorInvalidValue;  // the cluster size
   if (reinterpret_cast<uintptr_t>(p.values) % 16 != 0 || reinterpret_cast<uintptr_t>(p.y) % 16 != 0 ||
       (p.bias != nullptr && reinterpret_cast<uintptr_t>(p.bias) % 16 != 0))
     return cudaErrorMisalignedAddress;
