@@ -1,5 +1,8 @@
 """Every kernel (and the preprocessing ops) on a few small shapes with ragged tails, for
-`compute-sanitizer --tool memcheck python tools/sanitize_run.py` (and racecheck/synccheck)."""
+`compute-sanitizer --tool memcheck python tools/sanitize_run.py` (and racecheck/synccheck).
+NMSPMM_SANITIZE_KERNELS=15,16,17 limits the run to those kernel ids."""
+import os
+
 import torch
 
 import nmspmm
@@ -14,7 +17,8 @@ for (m, n, k, N, M, L) in cases:
     p = nmspmm.compress(w, N, M, L)
     x = torch.randn(m, k, device="cuda")
     ref = x.double() @ nmspmm.decompress(p).double().t()
-    for kernel in range(18):
+    only = os.environ.get("NMSPMM_SANITIZE_KERNELS")
+    for kernel in (range(18) if not only else [int(v) for v in only.split(",")]):
         if kernel == 1 and (m > 16 or L < 4):
             continue
         if 12 <= kernel <= 14 and (m > 2 or L < 4):  # cluster decode
