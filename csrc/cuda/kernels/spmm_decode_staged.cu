@@ -98,13 +98,19 @@ __global__ void __launch_bounds__(kStagedWarps * 32, 2) spmm_decode_staged_kerne
   // 16-byte copies of x when every chunk start is 16-byte aligned, else 4-byte ones.
   const bool x_vec = reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && ldx % 4 == 0 && M % 4 == 0;
 
-  // Rows m..MR-1 of both buffers are zero for the whole main loop (never copied into).
-  for (int e = tid; e < 2 * (MR - static_cast<int>(m)) * XC; e += kThreads) {
-    const int per_buf = (MR - static_cast<int>(m)) * XC;
-    const int buf = e / per_buf, r = e - buf * per_buf;
-    xs[buf * MR * XC + static_cast<int>(m) * XC + r] = 0.f;
-  }
+  // Rows m..MR-1 of both buffers are zero for the whole main loop (never copied into). Thread t
+  // owns float4 column t % (XC / 4) of every other row: no division by a runtime value.
+  constexpr int kXC4 = XC / 4;  // float4 columns per buffer row
+  static_assert(kThreads % kXC4 == 0, "every float4 column of x has its threads");
+  constexpr int kRowStep = kThreads / kXC4;
+  const int c4 = tid % kXC4, r0 = tid / kXC4;
+  for (int buf = 0; buf < 2; ++buf)
+    for (int i = static_cast<int>(m) + r0; i < MR; i += kRowStep)
+      reinterpret_cast<float4*>(xs + (buf * MR + i) * XC)[c4] = make_float4(0.f, 0.f, 0.f, 0.f);
 
+  // Copies the x columns of chunk ci into buffer ci & 1: 16-byte copies (thread t: float4 column
+  // t % (XC / 4) of rows t / (XC / 4), + kRowStep, ...) or 4-byte ones (columns t, t + kThreads of
+  // every row). Pointer steps instead of divisions and 64-bit multiplies.
   auto stage = [&](int64_t ci) {
     const int64_t ga = g0 + ci * chunk_w;
     const int64_t ge = ga + chunk_w < g1 ? ga + chunk_w : g1;
@@ -112,15 +118,18 @@ __global__ void __launch_bounds__(kStagedWarps * 32, 2) spmm_decode_staged_kerne
     float* const dst = xs + (ci & 1) * MR * XC;
     const float* const src = p.x + ga * M;
     if (x_vec) {
-      const int per_row = ncols / 4;
-      for (int e = tid; e < static_cast<int>(m) * per_row; e += kThreads) {
-        const int i = e / per_row, c = (e - i * per_row) * 4;
-        cp_async_16(dst + i * XC + c, src + i * ldx + c, true);
+      const int c = c4 * 4;
+      if (c < ncols) {
+        const float* sp = src + r0 * ldx + c;
+        float* dp = dst + r0 * XC + c;
+        for (int i = r0; i < static_cast<int>(m); i += kRowStep, sp += kRowStep * ldx, dp += kRowStep * XC)
+          cp_async_16(dp, sp, true);
       }
     } else {
-      for (int e = tid; e < static_cast<int>(m) * ncols; e += kThreads) {
-        const int i = e / ncols, c = e - i * ncols;
-        cp_async_4(dst + i * XC + c, src + i * ldx + c, true);
+      for (int c = tid; c < ncols; c += kThreads) {
+        const float* sp = src + c;
+        float* dp = dst + c;
+        for (int i = 0; i < static_cast<int>(m); ++i, sp += ldx, dp += XC) cp_async_4(dp, sp, true);
       }
     }
   };
@@ -130,6 +139,11 @@ __global__ void __launch_bounds__(kStagedWarps * 32, 2) spmm_decode_staged_kerne
   for (int i = 0; i < MR; ++i)
 #pragma unroll
     for (int j = 0; j < 4; ++j) acc[i][j] = 0.f;
+
+  // A warp's first batch of a chunk starts kw * D compressed rows into it, and each batch starts
+  // KW * D rows after the one before: as (window, position) pairs, computed once.
+  const int first_w = kw * D / N, first_s = kw * D - first_w * N;
+  const int step_w = KW * D / N, step_s = KW * D - step_w * N;
 
   int idx[D];
   float4 b[D];
@@ -157,11 +171,13 @@ __global__ void __launch_bounds__(kStagedWarps * 32, 2) spmm_decode_staged_kerne
     cp_async_wait<1>();
     __syncthreads();  // chunk ci is in its buffer for every warp
     const float* const xc = xs + (ci & 1) * MR * XC;
+    int bw = first_w, bs = first_s;  // row ub is position bs of window bw of the chunk
+    // kRolling: this warp's next batch, as pointers carried across batches (not re-derived per row).
+    const int64_t batch_stride = static_cast<int64_t>(KW) * D;
+    const float* vnext = vcol + (ub + batch_stride) * n;
+    const uint8_t* inext = icol + (ub + batch_stride) * q;
     while (ub < u_end) {
-      // Row ub is position s of window w of the chunk: x column w * M + index.
-      const int rel = static_cast<int>(ub - u0);
-      const int w = rel / N;
-      int s = rel - w * N, cbase = w * M;
+      int s = bs, cbase = bw * M;  // x column of a row: cbase + its index
       const int64_t un = ub + static_cast<int64_t>(KW) * D;  // this warp's next batch
 #pragma unroll
       for (int r = 0; r < D; ++r) {
@@ -172,10 +188,11 @@ __global__ void __launch_bounds__(kStagedWarps * 32, 2) spmm_decode_staged_kerne
           s = 0;
           cbase += M;
         }
-        if (kRolling && un < u_end) {  // row r of the next batch
-          const int64_t u = un + r < u_end ? un + r : u_end - 1;
-          idx[r] = __ldg(icol + u * q);
-          b[r] = __ldcs(reinterpret_cast<const float4*>(vcol + u * n));
+        // Row r of the next batch; a row past u_end keeps its old registers, which that batch
+        // counts as zero (ok above).
+        if (kRolling && un + r < u_end) {
+          idx[r] = __ldg(inext + r * q);
+          b[r] = __ldcs(reinterpret_cast<const float4*>(vnext + r * n));
           asm volatile("" ::: "memory");
         }
 #pragma unroll
@@ -188,6 +205,14 @@ __global__ void __launch_bounds__(kStagedWarps * 32, 2) spmm_decode_staged_kerne
         }
       }
       ub = un;
+      vnext += batch_stride * n;
+      inext += batch_stride * q;
+      bs += step_s;
+      bw += step_w;
+      if (bs >= N) {
+        bs -= N;
+        ++bw;
+      }
       if (!kRolling && ub < u_end) load_batch<D>(idx, b, icol, q, vcol, n, ub, u_end);
     }
     __syncthreads();  // every warp is done with buffer ci & 1 before chunk ci + 2 is copied into it
