@@ -29,7 +29,10 @@ enum KernelId : int {
   kDecodeStaged128 = 15,  // m <= 16, sm_90: 8 warps per block over 128 / 256 / 512 output columns
   kDecodeStaged256 = 16,  // sharing one cp.async-staged copy of x, k split over the block's warps
   kDecodeStaged512 = 17,  // and the split_k (1..16) blocks of a cluster, reduced on chip
-  kNumKernels = 18,
+  kWarpPacked128x128 = 18,  // L >= 32: each warp stages only the x rows its vector keeps, in its
+  kWarpPacked64x128 = 19,   // own cp.async pipeline (no gather offsets, no block barrier per
+  kWarpPacked32x128 = 20,   // stage); 16x8 / 8x8 / 4x8 thread tiles
+  kNumKernels = 21,
 };
 
 // The decode kernels launched as thread-block clusters (sm_90): split_k is the cluster size and
@@ -59,6 +62,9 @@ inline TileShape tile_shape(int kernel) {
     case kTiled128x256: return {128, 256};
     case kTiled256x128: return {256, 128};
     case kTiled128x128w8: return {128, 128};
+    case kWarpPacked128x128: return {128, 128};
+    case kWarpPacked64x128: return {64, 128};
+    case kWarpPacked32x128: return {32, 128};
     default: return {0, 0};
   }
 }
@@ -69,6 +75,13 @@ inline bool is_packed_kernel(int kernel) {
 inline bool is_tiled_kernel(int kernel) {
   return (kernel >= kTiled128x128 && kernel <= kTiled64x64) ||
          (kernel >= kTiled128x256 && kernel <= kTiled128x128w8);
+}
+inline bool is_warp_packed_kernel(int kernel) {
+  return kernel >= kWarpPacked128x128 && kernel <= kWarpPacked32x128;
+}
+// The kernels that read x through its k-major copy xT (written by a transpose before them).
+inline bool kernel_reads_xt(int kernel) {
+  return is_tiled_kernel(kernel) || is_packed_kernel(kernel) || is_warp_packed_kernel(kernel);
 }
 
 // Largest split-K a tiled kernel reduces inside a thread-block cluster. The kernels take any
@@ -83,8 +96,7 @@ constexpr int kMaxClusterSplit = 2;
 // tile form one cluster and sum their partial tiles through distributed shared memory.
 inline bool plan_reduces_in_cluster(int kernel, int split_k, bool clusters) {
   if (is_cluster_decode_kernel(kernel)) return true;
-  return clusters && split_k > 1 && split_k <= kMaxClusterSplit &&
-         (is_tiled_kernel(kernel) || is_packed_kernel(kernel));
+  return clusters && split_k > 1 && split_k <= kMaxClusterSplit && kernel_reads_xt(kernel);
 }
 // Whether a plan writes a split-K workspace [split_k, m, n] that a second launch reduces.
 inline bool plan_uses_workspace(int kernel, int split_k, bool clusters) {
@@ -102,6 +114,7 @@ inline bool kernel_supports(int kernel, int64_t m, int64_t N, int64_t M, int64_t
   if (kernel == kTiled128x256 || kernel == kTiled256x128) return L >= 16 && M <= 32;
   if (is_tiled_kernel(kernel)) return L >= 16 && M <= 64;
   if (is_packed_kernel(kernel)) return L >= 16 && M <= kPackKBlock && has_col_info;
+  if (is_warp_packed_kernel(kernel)) return L >= 32;
   return false;
 }
 

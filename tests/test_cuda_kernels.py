@@ -33,7 +33,8 @@ TILED_M32 = (9, 10)  # k-block 32 only
 PACKED = (6, 7, 8)
 CLUSTER = {12: 2, 13: 2, 14: 2, 15: 16, 16: 16, 17: 16}  # cluster decode kernel -> largest m (sm_90)
 STAGED = (15, 16, 17)  # of which the staged decode kernels (x staged in shared memory)
-NUM_KERNELS = 18
+WARP_PACKED = (18, 19, 20)  # L >= 32, any M
+NUM_KERNELS = 21
 
 
 def decode_m(kernel, m, other):
@@ -58,6 +59,8 @@ def supports(kernel, m, N, M, L, has_col_info=True):
         return L >= 16 and M <= 32
     if kernel in TILED:
         return L >= 16 and M <= 64
+    if kernel in WARP_PACKED:
+        return L >= 32
     return L >= 16 and M <= 64 and has_col_info
 
 
@@ -213,7 +216,7 @@ def _plan_cases():
         add(kernel, N, M, 32, m, (3, 5, 6, 7, 16))
     # Tiled split-K that is not a power of two (3), and more splits than k-blocks (8, 16: empty
     # splits), with 17 and 255 rows.
-    for kernel, (N, M), m in itertools.product(TILED + PACKED, PATTERNS, (17, 255)):
+    for kernel, (N, M), m in itertools.product(TILED + PACKED + WARP_PACKED, PATTERNS, (17, 255)):
         add(kernel, N, M, 32, m, (3, 8, 16))
     for L, kernel, (N, M), m in itertools.product((4, 16, 64, 128), range(NUM_KERNELS), PATTERNS_ALL, MS_OTHER_L):
         add(kernel, N, M, L, m, (1, 4))
@@ -244,7 +247,7 @@ def test_auto_path_matches_fp64(pattern, L, with_col_info):
         run_checked(w, x, None, 1, w.bias if m % 2 else None, with_col_info)
 
 
-@pytest.mark.parametrize("kernel,split_k", [(None, 1)] + [(k, s) for k in TILED + PACKED for s in (1, 2)])
+@pytest.mark.parametrize("kernel,split_k", [(None, 1)] + [(k, s) for k in TILED + PACKED + WARP_PACKED for s in (1, 2)])
 @pytest.mark.parametrize("m", [1000, 4096])
 @pytest.mark.parametrize("pattern", [(2, 4), (8, 32)], ids=lambda p: f"{p[0]}:{p[1]}")
 def test_large_m(pattern, m, kernel, split_k):
@@ -273,7 +276,7 @@ def test_llama_shapes(shape, pattern):
     for kernel, split_k, m in [(DECODE, 1, 16), (DECODE, 8, 3), (12, 8, 1), (12, 2, 2), (13, 1, 1),
                                (12, 16, 1), (12, 11, 2), (13, 16, 2), (14, 16, 1), (14, 4, 2), (15, 1, 16),
                                (15, 8, 5), (15, 16, 8), (15, 13, 16), (16, 2, 9), (16, 4, 1), (16, 14, 16), (17, 1, 3), (17, 8, 16),
-                               (17, 16, 4)] + [(k, s, 256) for k in TILED + PACKED for s in (1, 4)]:
+                               (17, 16, 4)] + [(k, s, 256) for k in TILED + PACKED + WARP_PACKED for s in (1, 4)]:
         run_checked(w, torch.randn(m, w.k, device=DEV), kernel, split_k, w.bias)
 
 
@@ -364,7 +367,7 @@ def test_repeated_calls_and_interleaved_shapes():
 
 DET_PLANS = [(GENERIC, 1), (DECODE, 1), (DECODE, 2), (DECODE, 8), (DECODE, 32), (12, 1), (12, 8), (13, 4),
              (14, 2), (15, 1), (16, 8), (17, 4), (None, 1)] + \
-    [(k, s) for k in TILED + PACKED for s in (1, 2, 3, 4, 16)]
+    [(k, s) for k in TILED + PACKED + WARP_PACKED for s in (1, 2, 3, 4, 16)]
 
 
 @pytest.mark.parametrize("plan", DET_PLANS, ids=fam_id)
@@ -425,7 +428,7 @@ def test_cluster_split_bitwise_equals_workspace_split(tmp_path):
         pytest.skip("split-K reduces through the workspace on this device")
     w = large_weight(512, 2048, 2, 8)
     x = torch.randn(200, w.k, device=DEV)
-    assert_switch_keeps_bits(tmp_path, "ws", w, x, [(k, 2) for k in TILED + PACKED],
+    assert_switch_keeps_bits(tmp_path, "ws", w, x, [(k, 2) for k in TILED + PACKED + WARP_PACKED],
                              "cluster and workspace reductions", NMSPMM_NO_CLUSTER_SPLIT="1")
 
 
@@ -453,7 +456,7 @@ def test_bulk_store_bitwise_equals_thread_stores(tmp_path):
     if torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("no bulk stores on this device")
     # 8:32 runs the k-block-32 fixed-WB kernels, 4:32 the k-block-64 ones; every tile size.
-    plans = [(k, s) for k in TILED for s in (1, 4)] + [(k, 1) for k in PACKED]
+    plans = [(k, s) for k in TILED + WARP_PACKED for s in (1, 4)] + [(k, 1) for k in PACKED]
     for i, (N, m) in enumerate(((8, 77), (8, 300), (4, 300))):
         w = large_weight(1056, 1024, N, 32)  # 1056 columns: a partial 128- and 256-column tile
         x = torch.randn(m, w.k, device=DEV)

@@ -18,7 +18,8 @@ TILED_M32 = {9, 10}  # k-block 32 only
 PACKED = {6, 7, 8}
 CLUSTER_DECODE = {12: 2, 13: 2, 14: 2}  # kernel -> largest m
 STAGED_DECODE = {15, 16, 17}  # m <= 16, M <= 512
-NUM_KERNELS = 18
+WARP_PACKED = {18, 19, 20}  # L >= 32
+NUM_KERNELS = 21
 
 
 def supports(kernel, m, N, M, L, has_col_info):
@@ -37,6 +38,8 @@ def supports(kernel, m, N, M, L, has_col_info):
         return L >= 16 and M <= 64
     if kernel in PACKED:
         return L >= 16 and M <= 64 and has_col_info
+    if kernel in WARP_PACKED:
+        return L >= 32
     return False
 
 

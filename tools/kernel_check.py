@@ -19,7 +19,7 @@ ops = torch.ops.nmspmm
 NAMES = {0: "generic", 1: "decode", 2: "t128x128", 3: "t64x128", 4: "t32x128", 5: "t64x64",
          6: "p128x128", 7: "p64x128", 8: "p32x128", 9: "t128x256", 10: "t256x128", 11: "t128x128w8",
          12: "decode_w4", 13: "decode_w8", 14: "decode_w16", 15: "decode_s128", 16: "decode_s256",
-         17: "decode_s512"}
+         17: "decode_s512", 18: "wp128x128", 19: "wp64x128", 20: "wp32x128"}
 CLUSTER_DECODE_MAX_M = {12: 2, 13: 2, 14: 2, 15: 16, 16: 16, 17: 16}
 
 
@@ -47,6 +47,8 @@ def supports(kernel, m, p):
         return p.L >= 16
     if kernel in (6, 7, 8):
         return p.L >= 16
+    if kernel in (18, 19, 20):
+        return p.L >= 32
     return True
 
 

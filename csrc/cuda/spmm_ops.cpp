@@ -195,7 +195,7 @@ at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const a
   const bool cluster_split = clusters && cluster_split_enabled();
   const bool cluster_reduce = plan_reduces_in_cluster(plan.kernel, plan.split_k, cluster_split);
   if (plan_uses_workspace(plan.kernel, plan.split_k, cluster_split)) workspace = at::empty({plan.split_k, m, out}, y.options());
-  if (is_tiled_kernel(plan.kernel) || is_packed_kernel(plan.kernel))
+  if (kernel_reads_xt(plan.kernel))
     xt = at::empty({in, kernels::tiled_xt_ld(m)}, y.options());
 
   kernels::SpmmParams p{};

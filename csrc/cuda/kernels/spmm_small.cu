@@ -17,6 +17,7 @@
 #include "spmm.h"
 #include "spmm_decode.h"
 #include "spmm_tiled.h"
+#include "spmm_warp_packed.h"
 
 namespace nmspmm {
 namespace kernels {
@@ -309,6 +310,23 @@ cudaError_t launch_nonpacked(const SpmmParams& p, cudaStream_t stream) {
   return launch_tiled_any_l<BM, BN, TM, 64, false>(p, stream);
 }
 
+// EXPERIMENT (session 23 A/B, to be replaced by one config per tile): NMSPMM_WP_VARIANT picks the
+// (WB, STAGES) instantiation, read per call. TM 16: 0 (8, 4), 1 (8, 5), 2 (16, 2); TM 8, 4: 0 (8, 4),
+// 1 (16, 3).
+template <int TM>
+cudaError_t launch_warp_packed_variant(const SpmmParams& p, cudaStream_t stream) {
+  const char* e = std::getenv("NMSPMM_WP_VARIANT");
+  const int v = e == nullptr ? 0 : std::atoi(e);
+  if constexpr (TM == 16) {
+    if (v == 1) return launch_warp_packed<WarpPackedConfig<16, 8, 5>>(p, stream);
+    if (v == 2) return launch_warp_packed<WarpPackedConfig<16, 16, 2>>(p, stream);
+    return launch_warp_packed<WarpPackedConfig<16, 8, 4>>(p, stream);
+  } else {
+    if (v == 1) return launch_warp_packed<WarpPackedConfig<TM, 16, 3>>(p, stream);
+    return launch_warp_packed<WarpPackedConfig<TM, 8, 4>>(p, stream);
+  }
+}
+
 }  // namespace
 
 cudaError_t launch_spmm(const SpmmParams& p, int kernel, cudaStream_t stream) {
@@ -322,7 +340,7 @@ cudaError_t launch_spmm(const SpmmParams& p, int kernel, cudaStream_t stream) {
   if ((is_tiled_kernel(kernel) || is_packed_kernel(kernel)) && p.L < 16) return cudaErrorInvalidValue;
   if (p.m == 0 || p.n == 0) return cudaSuccess;
   cudaError_t err = cudaSuccess;
-  if (is_tiled_kernel(kernel) || is_packed_kernel(kernel)) {
+  if (kernel_reads_xt(kernel)) {
     err = launch_transpose_x(p, stream);
     if (err != cudaSuccess) return err;
   }
@@ -359,6 +377,9 @@ cudaError_t launch_spmm(const SpmmParams& p, int kernel, cudaStream_t stream) {
     case kPacked128x128: err = launch_tiled_any_l<128, 128, 16, 64, true>(p, stream); break;
     case kPacked64x128: err = launch_tiled_any_l<64, 128, 8, 64, true>(p, stream); break;
     case kPacked32x128: err = launch_tiled_any_l<32, 128, 4, 64, true>(p, stream); break;
+    case kWarpPacked128x128: err = launch_warp_packed_variant<16>(p, stream); break;
+    case kWarpPacked64x128: err = launch_warp_packed_variant<8>(p, stream); break;
+    case kWarpPacked32x128: err = launch_warp_packed_variant<4>(p, stream); break;
     default: return cudaErrorInvalidValue;
   }
   if (err != cudaSuccess || !uses_split) return err;
