@@ -4,7 +4,7 @@
 For each shape (NM-SpMM's 20 (n, k) pairs at the given m, plus 4096^3) and pattern N:32 (L = 32) it
 times the heuristic's plan ("auto") and every warp-packed plan given by --plans (kernel/split/variant;
 the variant is NMSPMM_WP_VARIANT, read per call by the experiment build), each as the median of 3
-CUDA-event timings of 10 back-to-back calls after 2 warm-ups, and checks each plan's output against
+CUDA-event timings of 3-10 back-to-back calls (about 2 ms) after 2 warm-ups, and checks each plan's output against
 the auto plan's (max |diff| / (|x| @ |W|^T) max). Writes ab_warp_packed.csv and prints per pattern
 and m the geomean of auto time / best warp-packed time."""
 import argparse
@@ -24,9 +24,15 @@ from shapes import NMSPMM100_NK  # noqa: E402
 ops = torch.ops.nmspmm
 
 
-def time_ms(fn, reps=10):
+def time_ms(fn, reps=None):
     fn()
-    fn()
+    if reps is None:  # about 2 ms or more per batch of back-to-back calls, 10 calls at most
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        reps = max(3, min(10, int(2.0 / max(s.elapsed_time(e), 1e-3))))
     out = []
     for _ in range(3):
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

@@ -49,12 +49,13 @@ struct WarpPackedConfig {
   static constexpr int A_RPI = 32 / A_CPR;     // A_w rows per warp-wide copy
   static constexpr int A_ITERS = WB / A_RPI;   // copies per lane and stage
   static constexpr int B_ITERS = WB / 4;       // B_w rows are 8 chunks: 4 rows per warp-wide copy
-  static constexpr int SPG = 32 / WB;          // stages per group of 32 compressed rows
+  static constexpr int SPG = 32 / WB;          // stages per index group (a lane per row)
+  static constexpr int GROUP = SPG * WB;       // compressed rows per index group (<= 32)
   static constexpr int STAGE_FLOATS = WB * (BM + 32);
   static constexpr int WARP_FLOATS = STAGES * STAGE_FLOATS;
   static constexpr int MIN_BLOCKS = TM == 16 ? 2 : TM == 8 ? 3 : 4;
   static_assert(TM == 4 || TM == 8 || TM == 16, "TM must be 4, 8 or 16");
-  static_assert(WB == 4 || WB == 8 || WB == 16 || WB == 32, "WB must divide 32 and be a multiple of 4");
+  static_assert(WB % 4 == 0 && WB >= 4 && WB <= 32, "WB must be a multiple of 4 in [4, 32]");
   static_assert(WB % A_RPI == 0, "A copy mapping");
   static_assert(STAGES >= 2, "at least double buffering");
   // Shared memory of a launch: the warps' pipelines, or the epilogue's staged tile if larger.
@@ -105,19 +106,19 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) spmm_warp_packed_ke
     // Rows of this split, counted from u_begin (32-bit: w < k <= INT_MAX, checked at launch).
     const int rows = static_cast<int>(u_end - u_begin);
 
-    // Index groups: lane l follows compressed row u_begin + rel_l, rel_l = 32 * group + l, as
-    // window g_l and position s_l (g_l * M + index = its row of xT). One division here, none in the
-    // loop.
+    // Index groups of GROUP rows (SPG stages): lane l < GROUP follows compressed row u_begin +
+    // rel_l, rel_l = GROUP * group + l, as window g_l and position s_l (g_l * M + index = its row of
+    // xT). One division here, none in the loop.
     int rel_l = lane;
     int g_l = static_cast<int>((u_begin + lane) / N), s_l = static_cast<int>((u_begin + lane) % N);
-    const int step_g = 32 / N, step_s = 32 % N;
+    const int step_g = C::GROUP / N, step_s = C::GROUP % N;
     const uint8_t* idx_ptr = p.indices + (u_begin + lane) * q + col0 / p.L;
-    const int64_t idx_step = 32 * q;
+    const int64_t idx_step = C::GROUP * q;
     int pend_raw = -1, pend_base = 0;  // the fetched (not yet used) group: index byte, g_l * M
     auto fetch_group = [&]() {
       pend_base = g_l * M;
-      pend_raw = rel_l < rows ? static_cast<int>(__ldg(idx_ptr)) : -1;
-      rel_l += 32;
+      pend_raw = lane < C::GROUP && rel_l < rows ? static_cast<int>(__ldg(idx_ptr)) : -1;
+      rel_l += C::GROUP;
       idx_ptr += idx_step;
       g_l += step_g;
       s_l += step_s;

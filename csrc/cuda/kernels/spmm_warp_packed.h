@@ -16,7 +16,7 @@ cudaError_t launch_warp_packed(const SpmmParams& p, cudaStream_t stream);
 
 // (TM, WB, STAGES) of every instantiation; X(TM, WB, STAGES).
 #define NMSPMM_WARP_PACKED_CONFIGS(X) \
-  X(16, 8, 4) X(16, 8, 5) X(16, 16, 2) X(8, 8, 4) X(8, 16, 3) X(4, 8, 4) X(4, 16, 3)
+  X(16, 8, 5) X(16, 12, 3) X(16, 16, 2) X(8, 16, 3) X(8, 12, 4) X(4, 8, 4) X(4, 16, 3)
 
 #define NMSPMM_DECLARE_WARP_PACKED(TM, WB, STAGES)                                       \
   extern template cudaError_t launch_warp_packed<WarpPackedConfig<TM, WB, STAGES>>(      \
