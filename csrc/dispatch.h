@@ -204,6 +204,78 @@ inline double tiled_cost_us(const TiledCost& c, int64_t m, int64_t n, int64_t k,
   return us;
 }
 
+// The warp-packed kernels (ids 18-20, L >= 32) for high sparsity. A tiled kernel copies the whole
+// k-slab of x for the 4 vectors of its 128-column tile; a warp-packed warp copies only the rows its
+// vector keeps, 4 N / M of that, so at 4 N <= M (75% sparse and more) they move no more x and skip
+// the tiled kernels' gather offsets and block barrier per stage. Session-23 H100 A/B
+// (tools/ab_warp_packed.py; experiments/s23_warp_packed_ab2.csv: NM-SpMM's 20 (n, k) pairs at
+// m = 64..4096 and 4096^3, every plan below with splits 1, 2, 4): the best warp-packed plan is
+// 1.04-1.22x (8:32) and 1.10-1.26x (4:32) faster than the tiled pick on geomean per m, 4096^3 8:32
+// 869 -> 837 us, 4:32 500 -> 461 us; at 12:32 / 16:32 it is 1.00-1.10x at m <= 256 and even at larger
+// m, so the tiled kernels keep those patterns.
+// Cost of one plan: waves * stages * (a + r * g) + waves * b + the split-K reduction of the tiled
+// kernels, stages of wb compressed rows, waves and r as in tiled_cost_us; least squares on relative
+// error over the A/B's 8:32 and 4:32 cells (tools/fit_warp_packed_cost.py).
+struct WarpPackedCost {
+  int kernel;
+  int blocks_per_sm;  // by registers and shared memory (spmm_warp_packed.cuh)
+  int wb;             // compressed rows per stage
+  double a, g, b;
+};
+constexpr WarpPackedCost kWarpPackedCosts[] = {
+    {kWarpPacked128x128, 2, 12, 0.9195, 0.6534, 0.0399},
+    {kWarpPacked64x128, 3, 16, 0.9137, 0.4056, 0.1209},
+    {kWarpPacked32x128, 4, 16, 0.6839, 0.2371, -0.0191},
+};
+// A grid of at least this many waves of 128x128 tiles (2 per SM) without a split takes the 128x128
+// kernel: the smaller tiles read the weight once per 64 or 32 rows of x, which the per-stage model
+// does not see (in the A/B they lost up to 1.3x there; with the rule the picks at m = 4096 are 0.6%
+// above the best warp-packed plan, without it 6%).
+constexpr int kWarpPackedFullWaves = 4;
+
+inline bool warp_packed_pays(int64_t N, int64_t M, int64_t L) { return L >= 32 && 4 * N <= M; }
+
+inline double warp_packed_cost_us(const WarpPackedCost& c, int64_t m, int64_t n, int64_t k, int64_t N,
+                                  int64_t M, int split, int num_sms, bool clusters) {
+  const TileShape t = tile_shape(c.kernel);
+  const int64_t chunks = (k / M * N + c.wb - 1) / c.wb;
+  const int64_t ctas = static_cast<int64_t>(ceil_div_i(m, t.bm)) * ceil_div_i(n, t.bn) * split;
+  const int64_t slots = static_cast<int64_t>(num_sms) * c.blocks_per_sm;
+  const double waves = static_cast<double>((ctas + slots - 1) / slots);
+  const int64_t per_sm = (ctas + num_sms - 1) / num_sms;
+  const double r = static_cast<double>(per_sm < c.blocks_per_sm ? per_sm : c.blocks_per_sm);
+  const double stages = static_cast<double>((chunks + split - 1) / split);
+  double us = waves * stages * (c.a + r * c.g) + waves * c.b;
+  if (split > 1) {
+    const double fixed = plan_reduces_in_cluster(c.kernel, split, clusters) ? kClusterReduceUs : kWorkspaceReduceUs;
+    us += fixed + 0.900 * static_cast<double>(split + 1) * m * n * 4 / 1.0e6;
+  }
+  return us;
+}
+
+// Prefill at 4 N <= M, L >= 32: the cheapest warp-packed plan (splits 1, 2, 4, ..., 16, each split
+// keeping >= 4 stages); only the 128x128 kernel on grids of kWarpPackedFullWaves waves or more.
+inline Plan choose_warp_packed(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, int num_sms,
+                               bool clusters) {
+  const bool full = static_cast<int64_t>(ceil_div_i(m, 128)) * ceil_div_i(n, 128) >=
+                    static_cast<int64_t>(kWarpPackedFullWaves) * 2 * num_sms;
+  Plan best{kWarpPacked128x128, 1};
+  double best_us = -1.0;
+  for (const WarpPackedCost& c : kWarpPackedCosts) {
+    if (full && c.kernel != kWarpPacked128x128) continue;
+    const int64_t chunks = (k / M * N + c.wb - 1) / c.wb;
+    for (int split = 1; split <= kMaxTiledSplit; split *= 2) {
+      if (split > 1 && chunks / split < 4) break;
+      const double us = warp_packed_cost_us(c, m, n, k, N, M, split, num_sms, clusters);
+      if (best_us < 0 || us < best_us) {
+        best_us = us;
+        best = {c.kernel, split};
+      }
+    }
+  }
+  return best;
+}
+
 // Blocks of 8 warps per SM (x 10) that a decode grid stays within: 2 fit by registers, but a
 // cluster must fit inside one GPC, and on H100 (132 SMs) 224 blocks of 8 warps (32 clusters of 7)
 // run in one wave where 32 clusters of 8 run two (ncu: experiments/ncu_s10_*).
@@ -353,6 +425,7 @@ inline Plan choose_plan(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, i
     while (col_blocks * split < 4 * num_sms && split < 64 && w / (split * 2) >= 32) split *= 2;
     return {kDecode, split};
   }
+  if (warp_packed_pays(N, M, L)) return choose_warp_packed(m, n, k, N, M, num_sms, clusters);
   const double sparsity = 1.0 - static_cast<double>(N) / static_cast<double>(M);
   const bool packing = kHeuristicUsesPacking && has_col_info && sparsity >= 0.80;
   Plan best{kTiled64x128, 1};

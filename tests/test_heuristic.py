@@ -223,6 +223,25 @@ def test_heuristic_tiled_for_prefill():
         assert kernel in TILED
 
 
+def test_heuristic_warp_packed_at_high_sparsity():
+    # L >= 32 and 4 N <= M (75% sparse and more): the warp-packed kernels; below that the tiled ones.
+    for m in (17, 64, 256, 1000, 4096):
+        for (N, M), L in itertools.product(((8, 32), (4, 32), (2, 8), (1, 4), (8, 64)), (32, 64, 128)):
+            assert plan(m, 4096, 4096, N, M, L, False)[0] in WARP_PACKED, (m, N, M, L)
+        for (N, M), L in itertools.product(((16, 32), (12, 32), (2, 4)), (32, 128)):
+            assert plan(m, 4096, 4096, N, M, L, False)[0] in TILED, (m, N, M, L)
+        assert plan(m, 4096, 4096, 4, 32, 16, False)[0] in TILED, m  # L = 16: not warp-uniform
+
+
+def test_heuristic_warp_packed_full_grid_takes_128x128():
+    # Four or more waves of 128x128 tiles (2 per SM) without a split: the 128x128 kernel, split 1.
+    assert plan(4096, 4096, 4096, 4, 32, 32, False) == (18, 1)
+    assert plan(4096, 24576, 8192, 8, 32, 32, False) == (18, 1)
+    # Small m: a smaller tile or a split fills the GPU.
+    kernel, split = plan(64, 4096, 4096, 4, 32, 32, False)
+    assert kernel in (19, 20) or split > 1
+
+
 def test_heuristic_is_deterministic():
     for args in itertools.product((1, 64, 4096), ((4096, 4096), (11008, 4096)), PATTERNS[:4], (1, 32)):
         m, (n, k), (N, M), L = args

@@ -18,12 +18,14 @@ for (m, n, k, N, M, L) in cases:
     x = torch.randn(m, k, device="cuda")
     ref = x.double() @ nmspmm.decompress(p).double().t()
     only = os.environ.get("NMSPMM_SANITIZE_KERNELS")
-    for kernel in (range(18) if not only else [int(v) for v in only.split(",")]):
+    for kernel in (range(21) if not only else [int(v) for v in only.split(",")]):
         if kernel == 1 and (m > 16 or L < 4):
             continue
         if 12 <= kernel <= 14 and (m > 2 or L < 4):  # cluster decode
             continue
-        if kernel >= 15 and (m > 16 or L < 4):  # staged decode
+        if 15 <= kernel <= 17 and (m > 16 or L < 4):  # staged decode
+            continue
+        if kernel >= 18 and L < 32:  # warp-packed
             continue
         if 2 <= kernel < 12 and L < 16:
             continue
@@ -31,8 +33,8 @@ for (m, n, k, N, M, L) in cases:
             continue
         # Tiled split 3 reduces in a cluster on sm_90, 16 through the workspace.
         # Cluster decode kernels 12-17 also with a non-portable cluster of 16 blocks.
-        for split in ((1, 3, 8, 16) if kernel >= 12
-                      else (1, 2, 3, 16) if 2 <= kernel < 12 else (1, 2)):
+        for split in ((1, 3, 8, 16) if 12 <= kernel <= 17
+                      else (1, 2, 3, 16) if 2 <= kernel < 12 or kernel >= 18 else (1, 2)):
             y = ops.spmm_with_plan(x, p.values, p.indices, N, M, L, None, p.col_info,
                                    p.packed_indices, kernel, split)
             err = ((y.double() - ref).norm() / ref.norm()).item()

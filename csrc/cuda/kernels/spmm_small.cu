@@ -310,26 +310,6 @@ cudaError_t launch_nonpacked(const SpmmParams& p, cudaStream_t stream) {
   return launch_tiled_any_l<BM, BN, TM, 64, false>(p, stream);
 }
 
-// EXPERIMENT (session 23 A/B, to be replaced by one config per tile): NMSPMM_WP_VARIANT picks the
-// (WB, STAGES) instantiation, read per call. TM 16: 0 (8, 5), 1 (12, 3), 2 (16, 2); TM 8: 0 (16, 3),
-// 1 (12, 4); TM 4: 0 (8, 4), 1 (16, 3).
-template <int TM>
-cudaError_t launch_warp_packed_variant(const SpmmParams& p, cudaStream_t stream) {
-  const char* e = std::getenv("NMSPMM_WP_VARIANT");
-  const int v = e == nullptr ? 0 : std::atoi(e);
-  if constexpr (TM == 16) {
-    if (v == 1) return launch_warp_packed<WarpPackedConfig<16, 12, 3>>(p, stream);
-    if (v == 2) return launch_warp_packed<WarpPackedConfig<16, 16, 2>>(p, stream);
-    return launch_warp_packed<WarpPackedConfig<16, 8, 5>>(p, stream);
-  } else if constexpr (TM == 8) {
-    if (v == 1) return launch_warp_packed<WarpPackedConfig<8, 12, 4>>(p, stream);
-    return launch_warp_packed<WarpPackedConfig<8, 16, 3>>(p, stream);
-  } else {
-    if (v == 1) return launch_warp_packed<WarpPackedConfig<4, 16, 3>>(p, stream);
-    return launch_warp_packed<WarpPackedConfig<4, 8, 4>>(p, stream);
-  }
-}
-
 }  // namespace
 
 cudaError_t launch_spmm(const SpmmParams& p, int kernel, cudaStream_t stream) {
@@ -380,9 +360,9 @@ cudaError_t launch_spmm(const SpmmParams& p, int kernel, cudaStream_t stream) {
     case kPacked128x128: err = launch_tiled_any_l<128, 128, 16, 64, true>(p, stream); break;
     case kPacked64x128: err = launch_tiled_any_l<64, 128, 8, 64, true>(p, stream); break;
     case kPacked32x128: err = launch_tiled_any_l<32, 128, 4, 64, true>(p, stream); break;
-    case kWarpPacked128x128: err = launch_warp_packed_variant<16>(p, stream); break;
-    case kWarpPacked64x128: err = launch_warp_packed_variant<8>(p, stream); break;
-    case kWarpPacked32x128: err = launch_warp_packed_variant<4>(p, stream); break;
+    case kWarpPacked128x128: err = launch_warp_packed<WarpPacked128x128>(p, stream); break;
+    case kWarpPacked64x128: err = launch_warp_packed<WarpPacked64x128>(p, stream); break;
+    case kWarpPacked32x128: err = launch_warp_packed<WarpPacked32x128>(p, stream); break;
     default: return cudaErrorInvalidValue;
   }
   if (err != cudaSuccess || !uses_split) return err;

@@ -14,15 +14,16 @@ struct WarpPackedConfig;
 template <class C>
 cudaError_t launch_warp_packed(const SpmmParams& p, cudaStream_t stream);
 
-// (TM, WB, STAGES) of every instantiation; X(TM, WB, STAGES).
-#define NMSPMM_WARP_PACKED_CONFIGS(X) \
-  X(16, 8, 5) X(16, 12, 3) X(16, 16, 2) X(8, 16, 3) X(8, 12, 4) X(4, 8, 4) X(4, 16, 3)
-
-#define NMSPMM_DECLARE_WARP_PACKED(TM, WB, STAGES)                                       \
-  extern template cudaError_t launch_warp_packed<WarpPackedConfig<TM, WB, STAGES>>(      \
-      const SpmmParams&, cudaStream_t);
-NMSPMM_WARP_PACKED_CONFIGS(NMSPMM_DECLARE_WARP_PACKED)
-#undef NMSPMM_DECLARE_WARP_PACKED
+// The three configurations (one per spmm_warp_packed_tm*.cu), chosen in a session-23 H100 A/B of
+// (WB, STAGES) variants (experiments/s23_warp_packed_ab{1,2}.txt): 128x128 with 12 rows x 3 stages
+// (8 x 4, 8 x 5 and 16 x 2 measured 1-3% slower at m >= 1024; 16 x 3 does not fit 2 blocks per SM),
+// 64x128 and 32x128 with 16 x 3 (8 x 4, and 12 x 4 for 64x128, slower on most shapes).
+using WarpPacked128x128 = WarpPackedConfig<16, 12, 3>;
+using WarpPacked64x128 = WarpPackedConfig<8, 16, 3>;
+using WarpPacked32x128 = WarpPackedConfig<4, 16, 3>;
+extern template cudaError_t launch_warp_packed<WarpPacked128x128>(const SpmmParams&, cudaStream_t);
+extern template cudaError_t launch_warp_packed<WarpPacked64x128>(const SpmmParams&, cudaStream_t);
+extern template cudaError_t launch_warp_packed<WarpPacked32x128>(const SpmmParams&, cudaStream_t);
 
 }  // namespace kernels
 }  // namespace nmspmm
