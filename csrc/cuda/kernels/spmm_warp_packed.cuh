@@ -27,7 +27,6 @@
 
 #include <climits>
 #include <cstdint>
-#include <cstdlib>
 
 #include "cp_async.cuh"
 #include "launch_overlap.cuh"
@@ -68,8 +67,7 @@ struct WarpPackedConfig {
 };
 
 template <class C>
-__global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
-    spmm_warp_packed_kernel(const SpmmParams p, const int group_m) {
+__global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) spmm_warp_packed_kernel(const SpmmParams p) {
   constexpr int TM = C::TM, WB = C::WB, BM = C::BM, STAGES = C::STAGES;
   constexpr unsigned kAll = 0xffffffffu;
   extern __shared__ float4 smem_f4[];
@@ -81,18 +79,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
   const int ti = ml * 4;                 // tile row of the thread's first fragment row
   const int tj = warp * 32 + nl * 4;     // tile column of its first fragment column
 
-  // Tile of this block. group_m > 0: blockIdx.x runs over the tiles in groups of group_m row tiles,
-  // the row tiles of a group fastest, then the column tiles, so the blocks resident at one time
-  // share few row tiles (x) and sweep the column tiles (the weight); group_m == 0: a 2-D grid.
-  int64_t mt = blockIdx.x, nt = blockIdx.y;
-  if (group_m > 0) {
-    const int64_t m_tiles = (p.m + BM - 1) / BM, n_tiles = (p.n + C::BN - 1) / C::BN;
-    const int64_t b = blockIdx.x, per_group = static_cast<int64_t>(group_m) * n_tiles;
-    const int64_t g = b / per_group, r = b - g * per_group;
-    const int64_t gm = m_tiles - g * group_m < group_m ? m_tiles - g * group_m : group_m;
-    nt = r / gm;
-    mt = g * group_m + (r - nt * gm);
-  }
+  const int64_t mt = blockIdx.x, nt = blockIdx.y;
   const int64_t m0 = mt * BM;
   const int64_t n0 = nt * C::BN;
   const int64_t n = p.n;
@@ -252,13 +239,8 @@ cudaError_t launch_warp_packed(const SpmmParams& p, cudaStream_t stream) {
     return cudaErrorInvalidValue;
   const int64_t mt = (p.m + C::BM - 1) / C::BM, ntl = (p.n + C::BN - 1) / C::BN;
   if (mt > 0x7fffffff || ntl > 65535 || p.split_k > 65535) return cudaErrorInvalidConfiguration;
-  // EXPERIMENT (session 23): NMSPMM_WP_GROUP_M (read per call) groups the row tiles; unset: 2-D grid.
-  const char* env = std::getenv("NMSPMM_WP_GROUP_M");
-  const int group_m = env == nullptr ? 0 : std::atoi(env);
-  if (group_m > 0 && mt * ntl > 0x7fffffff) return cudaErrorInvalidConfiguration;
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = group_m > 0 ? dim3(static_cast<unsigned>(mt * ntl), 1, static_cast<unsigned>(p.split_k))
-                            : dim3(static_cast<unsigned>(mt), static_cast<unsigned>(ntl), static_cast<unsigned>(p.split_k));
+  cfg.gridDim = dim3(static_cast<unsigned>(mt), static_cast<unsigned>(ntl), static_cast<unsigned>(p.split_k));
   cfg.blockDim = dim3(C::THREADS, 1, 1);
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
@@ -273,7 +255,7 @@ cudaError_t launch_warp_packed(const SpmmParams& p, cudaStream_t stream) {
   }
   cfg.attrs = attr;
   cfg.numAttrs = na;
-  return cudaLaunchKernelEx(&cfg, spmm_warp_packed_kernel<C>, p, group_m);
+  return cudaLaunchKernelEx(&cfg, spmm_warp_packed_kernel<C>, p);
 }
 
 }  // namespace kernels
