@@ -79,9 +79,8 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) spmm_warp_packed_ke
   const int ti = ml * 4;                 // tile row of the thread's first fragment row
   const int tj = warp * 32 + nl * 4;     // tile column of its first fragment column
 
-  const int64_t mt = blockIdx.x, nt = blockIdx.y;
-  const int64_t m0 = mt * BM;
-  const int64_t n0 = nt * C::BN;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.x) * BM;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.y) * C::BN;
   const int64_t n = p.n;
   const int64_t col0 = n0 + warp * 32;   // this warp's first column
   const int N = p.N, M = p.M;
