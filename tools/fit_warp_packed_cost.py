@@ -1,19 +1,20 @@
 """Fit the warp-packed kernels' (ids 18-20) cost constants for the heuristic (csrc/dispatch.h,
-kWarpPackedCosts) from tools/ab_warp_packed.py runs, and replay the heuristic with them:
+kWarpPackedCosts, choose_warp_packed) from tools/ab_warp_packed.py runs, and replay its picks:
 
     python tools/fit_warp_packed_cost.py AB.csv [AB2.csv ...]
 
-Model, per warp-packed kernel c and split s (the tiled model's shape, csrc/dispatch.h):
+The heuristic takes the warp-packed kernels at L >= 32 and 4N <= M; only those cells (here N:32
+with N <= 8) are used. Model, per warp-packed kernel c and split s:
 
-    us = waves * stages * (a_c + r * g_c) + reduction(s)
+    us = waves * stages * (a_c + r * g_c) + waves * b_c + reduction(s)
 
 stages = ceil(ceil(w / WB_c) / s) with w = k * N / M compressed rows and WB_c the kernel's rows per
 stage, waves and r as for the tiled kernels (blocks_per_sm_c from registers and shared memory), the
-reduction the tiled kernels' (cluster at s = 2, workspace above, + traffic). The A/B runs time only
-the tiled kernels' pick ("auto"), so the fit puts each warp-packed time into the tiled model's units
-first: target = t_wp * (tiled model's estimate of the auto plan / t_auto). The picks then compare
-like with like, and the tiled constants stay as committed. Prints the constants, the in-sample and
-two-fold (over the (n, k) pairs) pick quality against the auto plan and the best measured plan."""
+reduction the tiled kernels' (cluster at s = 2, workspace above, + traffic). Weighted least squares
+on relative error over every timed warp-packed plan. The replay restricts the candidates as
+choose_warp_packed does: the 128x128 kernel alone where its grid without a split is at least
+FULL_WAVES waves of 2 blocks per SM. Prints the constants and the pick quality (in-sample and
+two-fold over the (n, k) pairs) against the tiled kernels' pick ("auto") and the best timed plan."""
 import argparse
 import csv
 import math
@@ -24,16 +25,15 @@ from collections import defaultdict
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from fit_cost_model import COMMITTED, RED_CLUSTER, RED_PER_MB, RED_WORKSPACE, SMS, predict, replay  # noqa: E402
+from fit_cost_model import COMMITTED, RED_CLUSTER, RED_PER_MB, RED_WORKSPACE, SMS, replay  # noqa: E402
 
 TILED_MODEL = ({c: np.array(v[1:]) for c, v in COMMITTED.items()}, np.array([RED_CLUSTER, RED_WORKSPACE]),
                {c: v[0] for c, v in COMMITTED.items()})
 # kernel -> (BM, WB, blocks per SM, NMSPMM_WP_VARIANT of the committed config in the A/B csv)
 WP = {18: (128, 12, 2, 1), 19: (64, 16, 3, 0), 20: (32, 16, 4, 1)}
 SPLITS = (1, 2, 4, 8, 16)
-NF = 3  # features per kernel
-FULL_RULE = True
-ABSOLUTE = True  # fit warp-packed times in microseconds and pick among warp-packed plans only
+NF = 3  # features per kernel: (a, g, b)
+FULL_WAVES = 4  # kWarpPackedFullWaves
 
 
 def wp_terms(shape, c, s):
@@ -53,8 +53,8 @@ def wp_candidates(shape):
     out = []
     # A grid of 128x128 tiles that fills every SM's two block slots without a split runs them alone:
     # the smaller tiles re-read the weight more often (the model, linear per stage, misses that).
-    full = math.ceil(m / 128) * math.ceil(n / 128) >= 4 * 2 * SMS
-    for c in ((18,) if full and FULL_RULE else WP):
+    full = math.ceil(m / 128) * math.ceil(n / 128) >= FULL_WAVES * 2 * SMS
+    for c in ((18,) if full else WP):
         chunks = math.ceil(k // M * N / WP[c][1])
         for s in SPLITS:
             if s > 1 and chunks // s < 4:
@@ -82,24 +82,23 @@ def load(paths):
 def fit(cells):
     rows, ys, ws = [], [], []
     for cell in cells:
-        f = 1.0 if ABSOLUTE else predict(cell["shape"], *cell["auto"], TILED_MODEL) / cell["t_auto"]
         for (c, s), t in cell["wp"].items():
             feats, red = wp_terms(cell["shape"], c, s)
             x = np.zeros(NF * len(WP))
             j = list(WP).index(c)
             x[NF * j:NF * j + NF] = feats
             rows.append(x)
-            ys.append(t * f - red)
-            ws.append(1.0 / (t * f))
+            ys.append(t - red)
+            ws.append(1.0 / t)
     X, y, w = np.array(rows), np.array(ys), np.array(ws)
     theta, *_ = np.linalg.lstsq(X * w[:, None], y * w, rcond=None)
     return {c: theta[NF * j:NF * j + NF] for j, c in enumerate(WP)}
 
 
 def pick(cell, consts):
+    """choose_warp_packed's plan (ties go to the earlier candidate, as in C++)."""
     shape = cell["shape"]
-    best, best_us = replay(shape, TILED_MODEL), None
-    best_us = math.inf if ABSOLUTE else predict(shape, *best, TILED_MODEL)
+    best, best_us = None, math.inf
     for c, s in wp_candidates(shape):
         feats, red = wp_terms(shape, c, s)
         us = float(feats @ consts[c]) + red

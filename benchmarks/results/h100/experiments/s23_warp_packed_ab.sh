@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Session 23, first GPU look at the warp-packed kernels (ids 18-20): build, their fp64 / bitwise
 # tests, then tools/ab_warp_packed.py (heuristic plan vs warp-packed plans, 100-point pairs + 4096^3).
+# (Ran on the experiment builds with NMSPMM_WP_VARIANT; with the final build, set AB_PLANS with
+# variant 0 only.)
 #   bash benchmarks/results/h100/experiments/s23_warp_packed_ab.sh   (GPU machine, repo root)
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
