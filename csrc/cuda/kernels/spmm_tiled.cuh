@@ -26,27 +26,26 @@
 // one thread-block cluster and sum their partial tiles through distributed shared memory in fixed
 // order; elsewhere each split writes its partial tile to the workspace (no atomics), reduced in
 // the same fixed order by reduce_splits. Deterministic either way.
-// Epilogue on sm_90 (p.bulk_store, not with the cluster reduction): the tile (or split-K partial
-// tile) is staged row-major in shared memory and each row written by one bulk asynchronous copy
-// (bulk_store.cuh); the 2 x TM dependent 16-byte global stores per thread it replaces took 5-14% of
-// the warp samples in an ncu source-level profile (experiments/ncu_s18_source_summary.txt). Session
+// Epilogue (tile_epilogue.cuh, shared with the warp-packed kernels) on sm_90 (p.bulk_store, not
+// with the cluster reduction): the tile (or split-K partial tile) is staged row-major in shared
+// memory and each row written by one bulk asynchronous copy (bulk_store.cuh); the 2 x TM dependent
+// 16-byte global stores per thread it replaces took 5-14% of the warp samples in an ncu
+// source-level profile (experiments/ncu_s18_source_summary.txt). Session
 // 18 compiled it into the 128-row tiles only (in the smaller ones it moved the main loop's register
 // allocation: 64x128 WB 8 went to 2 blocks per SM); with the 64x128 WB >= 8 variants held at 3
 // blocks per SM (MIN_BLOCKS) every tile takes it (experiments/s19_bulk_store_all_tiles_ab.txt).
 #pragma once
-#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
 #include "../../pattern.h"
-#include "bulk_store.cuh"
-#include "cluster_barrier.cuh"
 #include "cp_async.cuh"
 #include "launch_overlap.cuh"
 #include "smem_limit.h"
 #include "spmm.h"
 #include "spmm_tiled.h"
+#include "tile_epilogue.cuh"
 
 namespace nmspmm {
 namespace kernels {
@@ -153,7 +152,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
 
   const int64_t m0 = static_cast<int64_t>(blockIdx.x) * C::BM;
   const int64_t n0 = static_cast<int64_t>(blockIdx.y) * C::BN;
-  const int64_t M_ = p.m, N_ = p.n, K_ = p.k;
+  const int64_t N_ = p.n, K_ = p.k;
   const int L = p.L;
   const int64_t q = N_ / L;
   const int64_t w = K_ / p.M * p.N;
@@ -502,103 +501,8 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
   cp_async_wait<0>();
   allow_dependent_launch();  // the split-K reduction, if any, may start launching
 
-  // Epilogue: rows ti+{0..3} (+32), columns tj+{0..3} and tj+16+{0..3}.
-  if (p.cluster_reduce) {
-    // Split-K inside the cluster (gridDim.z = cluster size = split_k, rank = blockIdx.z): every
-    // block parks its partial tile in its own shared memory (slot j = 2i + g of every thread, one
-    // float4 each, conflict-free), then block r sums the slots j with j % split_k == r over the
-    // ranks 0, 1, ..., split_k - 1 in that order (+ bias) and writes them: the order of
-    // reduce_splits, so the result is bitwise that of the workspace path. The sums read every
-    // partial (the block's own too) from shared memory, so no accumulator stays live past here.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
-    __trap();  // launch_tiled refuses cluster_reduce on devices without clusters; never reached
-#else
-    namespace cg = cooperative_groups;
-    const cg::cluster_group cluster = cg::this_cluster();
-    const int splits = p.split_k;
-    const int rank = static_cast<int>(blockIdx.z);
-    float4* const part = smem_f4;
-    __syncthreads();  // every warp is done reading the last stage
-#pragma unroll
-    for (int i = 0; i < C::TM; ++i)
-#pragma unroll
-      for (int g = 0; g < 2; ++g)
-        part[(2 * i + g) * C::THREADS + tid] =
-            make_float4(acc[i][4 * g], acc[i][4 * g + 1], acc[i][4 * g + 2], acc[i][4 * g + 3]);
-    cluster.sync();
-#pragma unroll 1
-    for (int j = rank; j < 2 * C::TM; j += splits) {
-      const int i = j / 2, g = j % 2;
-      const int64_t row = m0 + ti + 32 * (i / 4) + (i % 4);
-      const int64_t col = n0 + tj + 16 * g;
-      if (row >= M_ || col >= N_) continue;
-      float4* const slot = part + j * C::THREADS + tid;
-      float4 v = *cluster.map_shared_rank(slot, 0);
-#pragma unroll 1
-      for (int r = 1; r < splits; ++r) {
-        const float4 o = *cluster.map_shared_rank(slot, r);
-        v.x += o.x; v.y += o.y; v.z += o.z; v.w += o.w;
-      }
-      if (p.bias != nullptr) {
-        const float4 bb = *reinterpret_cast<const float4*>(p.bias + col);
-        v.x += bb.x; v.y += bb.y; v.z += bb.z; v.w += bb.w;
-      }
-      *reinterpret_cast<float4*>(p.y + row * N_ + col) = v;
-    }
-    cluster_sync_before_exit();  // no block leaves while another still reads its shared memory
-#endif
-    return;
-  }
-  const bool split = p.split_k > 1;
-  float* out = split ? p.workspace + static_cast<int64_t>(blockIdx.z) * M_ * N_ : p.y;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (p.bulk_store) {
-    // The tile goes to shared memory (rows of C::BN + 4 floats: 16-byte aligned, and the STS.128 of
-    // a warp's 8 rows x 4 column groups spread over all 32 banks), then thread r hands row r to
-    // the copy engine. Rows past m are not written; columns past n are not copied.
-    constexpr int CS = C::BN + 4;
-    float* const Cs = smem;
-    __syncthreads();  // every warp is done reading the last stage
-#pragma unroll
-    for (int i = 0; i < C::TM; ++i) {
-      const int r = ti + 32 * (i / 4) + (i % 4);
-#pragma unroll
-      for (int g = 0; g < 2; ++g) {
-        const int c = tj + 16 * g;
-        float4 v = make_float4(acc[i][4 * g], acc[i][4 * g + 1], acc[i][4 * g + 2], acc[i][4 * g + 3]);
-        if (!split && p.bias != nullptr && n0 + c < N_) {
-          const float4 bb = *reinterpret_cast<const float4*>(p.bias + n0 + c);
-          v.x += bb.x; v.y += bb.y; v.z += bb.z; v.w += bb.w;
-        }
-        *reinterpret_cast<float4*>(Cs + r * CS + c) = v;
-      }
-    }
-    bulk_store_fence();
-    __syncthreads();
-    const int64_t cols = N_ - n0 < C::BN ? N_ - n0 : C::BN;
-    for (int r = tid; r < C::BM; r += C::THREADS) {
-      if (m0 + r < M_) bulk_store_row(out + (m0 + r) * N_ + n0, Cs + r * CS, static_cast<uint32_t>(cols * 4));
-    }
-    bulk_store_commit_and_wait_read();
-    return;
-  }
-#endif
-#pragma unroll
-  for (int i = 0; i < C::TM; ++i) {
-    const int64_t row = m0 + ti + 32 * (i / 4) + (i % 4);
-    if (row >= M_) continue;
-#pragma unroll
-    for (int g = 0; g < 2; ++g) {
-      const int64_t col = n0 + tj + 16 * g;
-      if (col >= N_) continue;
-      float4 v = make_float4(acc[i][4 * g], acc[i][4 * g + 1], acc[i][4 * g + 2], acc[i][4 * g + 3]);
-      if (!split && p.bias != nullptr) {
-        const float4 bb = *reinterpret_cast<const float4*>(p.bias + col);
-        v.x += bb.x; v.y += bb.y; v.z += bb.z; v.w += bb.w;
-      }
-      *reinterpret_cast<float4*>(out + row * N_ + col) = v;
-    }
-  }
+  // Epilogue: rows ti+{0..3} (+32), columns tj+{0..3} and tj+16+{0..3} (tile_epilogue.cuh).
+  store_output_tile<C::TM, C::BM, C::BN, C::THREADS>(acc, p, smem_f4, tid, ti, tj, m0, n0);
 }
 
 // Shared memory of a launch (wb compressed rows per stage); with the cluster reduction at least
@@ -630,7 +534,6 @@ cudaError_t launch_tiled(const SpmmParams& p, cudaStream_t stream) {
   // With cluster_reduce the split_k blocks of a tile (along z) form one cluster.
   if (p.bulk_store && (p.n % 4 != 0 || reinterpret_cast<uintptr_t>(p.split_k > 1 ? p.workspace : p.y) % 16 != 0))
     return cudaErrorInvalidValue;
-  if (p.cluster_reduce && (p.split_k < 2 || p.split_k > 8 || 2 * C::TM < p.split_k)) return cudaErrorInvalidValue;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = dim3(C::THREADS, 1, 1);
@@ -641,16 +544,9 @@ cudaError_t launch_tiled(const SpmmParams& p, cudaStream_t stream) {
   // holds: blocks launched early pile onto the SMs the transpose frees first;
   // experiments/overlap_launch_ab.txt.)
   cudaLaunchAttribute attr[1];
-  int na = 0;
-  if (p.cluster_reduce) {
-    attr[na].id = cudaLaunchAttributeClusterDimension;
-    attr[na].val.clusterDim.x = 1;
-    attr[na].val.clusterDim.y = 1;
-    attr[na].val.clusterDim.z = static_cast<unsigned>(p.split_k);
-    ++na;
-  }
+  const cudaError_t attr_err = tile_cluster_attribute(p, C::TM, attr, &cfg.numAttrs);
+  if (attr_err != cudaSuccess) return attr_err;
   cfg.attrs = attr;
-  cfg.numAttrs = na;
   return cudaLaunchKernelEx(&cfg, spmm_tiled_kernel<C>, p, wb, qt, stage);
 }
 

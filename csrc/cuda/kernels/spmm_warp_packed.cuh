@@ -233,7 +233,6 @@ cudaError_t launch_warp_packed(const SpmmParams& p, cudaStream_t stream) {
   // Byte offsets of xT rows are 32-bit multiplies: ldxt * 4 < 2^32.
   if (p.L < 32 || p.n % 32 != 0 || p.k > INT_MAX || p.N < 1 || p.M < p.N || p.ldxt * 4 > UINT32_MAX)
     return cudaErrorInvalidValue;
-  if (p.cluster_reduce && (p.split_k < 2 || p.split_k > 8 || 2 * C::TM < p.split_k)) return cudaErrorInvalidValue;
   if (p.bulk_store && reinterpret_cast<uintptr_t>(p.split_k > 1 && !p.cluster_reduce ? p.workspace : p.y) % 16 != 0)
     return cudaErrorInvalidValue;
   const int64_t mt = (p.m + C::BM - 1) / C::BM, ntl = (p.n + C::BN - 1) / C::BN;
@@ -244,16 +243,9 @@ cudaError_t launch_warp_packed(const SpmmParams& p, cudaStream_t stream) {
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
-  int na = 0;
-  if (p.cluster_reduce) {  // the split_k blocks of a tile (along z) form one cluster
-    attr[na].id = cudaLaunchAttributeClusterDimension;
-    attr[na].val.clusterDim.x = 1;
-    attr[na].val.clusterDim.y = 1;
-    attr[na].val.clusterDim.z = static_cast<unsigned>(p.split_k);
-    ++na;
-  }
+  const cudaError_t attr_err = tile_cluster_attribute(p, C::TM, attr, &cfg.numAttrs);
+  if (attr_err != cudaSuccess) return attr_err;
   cfg.attrs = attr;
-  cfg.numAttrs = na;
   return cudaLaunchKernelEx(&cfg, spmm_warp_packed_kernel<C>, p);
 }
 

@@ -118,5 +118,20 @@ __device__ __forceinline__ void store_output_tile(const float (&acc)[TM][8], con
   }
 }
 
+// Launch side of the cluster reduction: with p.cluster_reduce the split_k blocks of a tile (along z)
+// form one thread-block cluster. Sets that attribute into attr[0] and *count (0 or 1); refuses a
+// split the epilogue cannot reduce (2..8 ranks, at most 2 x TM slots per thread).
+inline cudaError_t tile_cluster_attribute(const SpmmParams& p, int tm, cudaLaunchAttribute* attr, unsigned* count) {
+  *count = 0;
+  if (!p.cluster_reduce) return cudaSuccess;
+  if (p.split_k < 2 || p.split_k > 8 || 2 * tm < p.split_k) return cudaErrorInvalidValue;
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = 1;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = static_cast<unsigned>(p.split_k);
+  *count = 1;
+  return cudaSuccess;
+}
+
 }  // namespace kernels
 }  // namespace nmspmm
