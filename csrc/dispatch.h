@@ -211,8 +211,8 @@ inline double tiled_cost_us(const TiledCost& c, int64_t m, int64_t n, int64_t k,
 // (tools/ab_warp_packed.py; experiments/s23_warp_packed_ab2.csv: NM-SpMM's 20 (n, k) pairs at
 // m = 64..4096 and 4096^3, every plan below with splits 1, 2, 4): the best warp-packed plan is
 // 1.04-1.22x (8:32) and 1.10-1.26x (4:32) faster than the tiled pick on geomean per m, 4096^3 8:32
-// 869 -> 837 us, 4:32 500 -> 461 us; at 12:32 / 16:32 it is 1.00-1.10x at m <= 256 and even at larger
-// m, so the tiled kernels keep those patterns.
+// 869 -> 837 us, 4:32 500 -> 461 us. At 12:32 / 16:32 the best plan per shape is 1.00-1.10x, but
+// no single warp-packed plan beats the tiled pick on geomean, so the tiled kernels keep them.
 // Cost of one plan: waves * stages * (a + r * g) + waves * b + the split-K reduction of the tiled
 // kernels, stages of wb compressed rows, waves and r as in tiled_cost_us; least squares on relative
 // error over the A/B's 8:32 and 4:32 cells (tools/fit_warp_packed_cost.py).
