@@ -1,0 +1,267 @@
+"""Fit the heuristic's prefill cost models (csrc/dispatch.h: kTiledCosts, kWarpPackedCosts and the two
+split-K reduction constants) to flushed plan sweeps (tools/sweep_flushed.py), and replay the picks:
+
+    python tools/fit_joint_cost.py SWEEP.csv [SWEEP_PASS2.csv ...] [--rule split|joint] [--search]
+
+A plan timed in several files counts at its lowest median (the benchmark keeps the lower of two).
+Models (per kernel c, split s; waves, r, stages as in tools/fit_cost_model.py / fit_warp_packed_cost.py):
+    tiled:        us = waves * stages * (alpha + beta * wb + r * (gamma + delta * wb)) + red(s)
+    warp-packed:  us = waves * stages * (a + r * g) + waves * b + red(s)
+    red(s) = [s == 2] red_cluster + [s > 2] red_workspace + 0.9 us per MB of partial tiles (s > 1)
+Rules: split = the committed structure (warp-packed plans only at 4N <= M, tiled plans otherwise);
+joint = the cheapest plan of both families at every sparsity (L >= 32). Pick quality (pick time over
+the best timed plan, geomean) is printed for the committed heuristic (the sweep's heur columns), the
+least-squares refit and, with --search, a coordinate search on pick quality started from the refit;
+in-sample and two-fold over the (n, k) pairs. --emit prints the constants as C++ initializers."""
+import argparse
+import csv
+import math
+import os
+import sys
+from collections import defaultdict
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(__file__))
+from fit_cost_model import MAX_SPLIT, NAMES, ORDER, SMS, TILE  # noqa: E402
+
+WP = {18: (128, 12, 2), 19: (64, 16, 3), 20: (32, 16, 4)}  # BM, rows per stage, blocks per SM
+WP_NAMES = {18: "kWarpPacked128x128", 19: "kWarpPacked64x128", 20: "kWarpPacked32x128"}
+TILED_BPS = {9: 1, 10: 1, 11: 2, 2: 2, 3: 2, 4: 4, 5: 4}
+FULL_WAVES = 4
+RED_PER_MB = 0.900
+# Parameter vector: 4 per tiled kernel (ORDER), 3 per warp-packed kernel (18, 19, 20), 2 reductions.
+T_OFF = {c: 4 * i for i, c in enumerate(ORDER)}
+W_OFF = {c: 4 * len(ORDER) + 3 * i for i, c in enumerate(WP)}
+NP = 4 * len(ORDER) + 3 * len(WP) + 2
+
+
+def grid_terms(m, n, bm, bn, s, bps):
+    ctas = math.ceil(m / bm) * math.ceil(n / bn) * s
+    return math.ceil(ctas / (SMS * bps)), min(bps, math.ceil(ctas / SMS))
+
+
+def plan_row(shape, c, s):
+    m, n, k, N, M = shape
+    x = np.zeros(NP)
+    if c in WP:
+        bm, wb, bps = WP[c]
+        waves, r = grid_terms(m, n, bm, 128, s, bps)
+        stages = math.ceil(math.ceil(k // M * N / wb) / s)
+        x[W_OFF[c]:W_OFF[c] + 3] = [waves * stages, waves * stages * r, waves]
+    else:
+        bm, bn = TILE[c]
+        kb = 32 if M <= 32 else 64
+        waves, r = grid_terms(m, n, bm, bn, s, TILED_BPS[c])
+        stages = math.ceil(math.ceil(k / kb) / s)
+        scale, wb, w = (2.0 if kb == 64 else 1.0), kb // M * N, waves * stages
+        x[T_OFF[c]:T_OFF[c] + 4] = [w * scale, w * wb, w * r * scale, w * r * wb]
+    x[-2:] = [float(s == 2), float(s > 2)]
+    traffic = RED_PER_MB * (s + 1) * m * n * 4 / 1e6 if s > 1 else 0.0
+    return x, traffic
+
+
+def tiled_candidates(shape):
+    m, n, k, N, M = shape
+    out = []
+    for c in ORDER:
+        if M > 64 or (c in (9, 10) and M > 32):
+            continue
+        kblocks = math.ceil(k / (32 if M <= 32 else 64))
+        s = 1
+        while s <= MAX_SPLIT:
+            if s > 1 and kblocks // s < 4:
+                break
+            bm, bn = TILE[c]
+            if not (c == 11 and math.ceil(m / bm) * math.ceil(n / bn) * s >= SMS):
+                out.append((c, s))
+            s *= 2
+    return out
+
+
+def wp_candidates(shape):
+    m, n, k, N, M = shape
+    full = math.ceil(m / 128) * math.ceil(n / 128) >= FULL_WAVES * 2 * SMS
+    out = []
+    for c in ((18,) if full else WP):
+        chunks = math.ceil(k // M * N / WP[c][1])
+        s = 1
+        while s <= MAX_SPLIT:
+            if s > 1 and chunks // s < 4:
+                break
+            out.append((c, s))
+            s *= 2
+    return out
+
+
+def candidates(shape, rule):
+    N, M = shape[3], shape[4]
+    if rule == "joint":
+        return tiled_candidates(shape) + wp_candidates(shape)
+    return wp_candidates(shape) if 4 * N <= M else tiled_candidates(shape)
+
+
+def committed_theta():
+    """The constants in csrc/dispatch.h (parsed, so the replay always matches the build)."""
+    src = open(os.path.join(os.path.dirname(__file__), "..", "csrc", "dispatch.h")).read()
+    theta = np.zeros(NP)
+    names = {v: c for c, v in NAMES.items()}
+    for line in src.splitlines():
+        line = line.strip()
+        if line.startswith("{kTiled") or line.startswith("{kWarpPacked"):
+            parts = [p.strip() for p in line.strip("{},").split(",")]
+            name = parts[0]
+            if name in names and names[name] in T_OFF:
+                theta[T_OFF[names[name]]:T_OFF[names[name]] + 4] = [float(v) for v in parts[2:6]]
+            for c, wn in WP_NAMES.items():
+                if name == wn:
+                    theta[W_OFF[c]:W_OFF[c] + 3] = [float(v) for v in parts[3:6]]
+        if line.startswith("constexpr double kClusterReduceUs"):
+            theta[-2] = float(line.split("=")[1].strip(" ;"))
+        if line.startswith("constexpr double kWorkspaceReduceUs"):
+            theta[-1] = float(line.split("=")[1].strip(" ;"))
+    return theta
+
+
+def load(paths):
+    t = defaultdict(lambda: math.inf)
+    heur = {}
+    for path in paths:
+        for r in csv.DictReader(open(path)):
+            shape = (int(r["m"]), int(r["n"]), int(r["k"]), int(r["N"]), int(r["M"]))
+            key = (shape, int(r["kernel"]), int(r["split"]))
+            t[key] = min(t[key], float(r["ms"]) * 1e3)
+            heur[shape] = (int(r["heur_kernel"]), int(r["heur_split"]))
+    shapes = defaultdict(dict)
+    for (shape, c, s), us in t.items():
+        shapes[shape][(c, s)] = us
+    return shapes, heur
+
+
+def lsq(shapes):
+    X, y, w = [], [], []
+    for shape, plans in shapes.items():
+        for (c, s), us in plans.items():
+            row, traffic = plan_row(shape, c, s)
+            X.append(row)
+            y.append(us - traffic)
+            w.append(1.0 / us)
+    X, y, w = np.array(X), np.array(y), np.array(w)
+    theta, *_ = np.linalg.lstsq(X * w[:, None], y * w, rcond=None)
+    for c, bps in TILED_BPS.items():  # r = 1 always: fold gamma / delta into alpha / beta
+        if bps == 1:
+            o = T_OFF[c]
+            theta[o:o + 4] = [theta[o] + theta[o + 2], theta[o + 1] + theta[o + 3], 0.0, 0.0]
+    return theta
+
+
+class PickLoss:
+    UNTIMED = math.log(1.5)
+
+    def __init__(self, shapes, rule):
+        self.keys, self.tables = list(shapes), []
+        for shape in self.keys:
+            plans = shapes[shape]
+            best = min(plans.values())
+            cands = candidates(shape, rule)
+            rows = [plan_row(shape, c, s) for c, s in cands]
+            self.tables.append((cands, np.array([r for r, _ in rows]), np.array([t for _, t in rows]),
+                                np.array([math.log(plans[p] / best) if p in plans else self.UNTIMED for p in cands])))
+
+    def picks(self, theta):
+        return {key: cands[int(np.argmin(X @ theta + tr))] for key, (cands, X, tr, _) in zip(self.keys, self.tables)}
+
+    def __call__(self, theta):
+        return float(np.mean([loss[int(np.argmin(X @ theta + tr))] for _, X, tr, loss in self.tables]))
+
+
+def search(shapes, rule, theta0, passes=8):
+    loss = PickLoss(shapes, rule)
+    theta, best = np.array(theta0, dtype=float), loss(theta0)
+    for _ in range(passes):
+        improved = False
+        for i in range(len(theta)):
+            for f in (0.5, 0.8, 0.9, 0.95, 1.05, 1.1, 1.25, 2.0, -1.0):
+                for step in (theta[i] * f, theta[i] + (f - 1) * 0.05):
+                    trial = theta.copy()
+                    trial[i] = step
+                    v = loss(trial)
+                    if v < best - 1e-7:
+                        theta, best, improved = trial, v, True
+        if not improved:
+            break
+    return theta
+
+
+def report(shapes, picks, label, groups):
+    """picks: shape -> plan. Prints pick / best geomean per (grid, N) and overall."""
+    out = []
+    for gname, members in groups.items():
+        by = defaultdict(list)
+        for shape in members:
+            plans = shapes[shape]
+            p = picks.get(shape)
+            t = plans.get(p)
+            by[shape[3]].append(t / min(plans.values()) if t is not None else 1.5)
+        cells = " ".join(f"{N}:32 {math.exp(np.mean(np.log(v))):.3f}" for N, v in sorted(by.items(), reverse=True))
+        allv = [x for v in by.values() for x in v]
+        out.append(f"{gname} {math.exp(np.mean(np.log(allv))):.4f} [{cells}] worst {max(allv):.2f}")
+    print(f"{label}: pick/best  " + " | ".join(out))
+
+
+def two_fold(shapes, rule, make_theta):
+    pairs = sorted({s[1:3] for s in shapes})
+    picks = {}
+    for fold in (0, 1):
+        train = {s: p for s, p in shapes.items() if pairs.index(s[1:3]) % 2 == fold}
+        test = {s: p for s, p in shapes.items() if pairs.index(s[1:3]) % 2 != fold}
+        picks.update(PickLoss(test, rule).picks(make_theta(train)))
+    return picks
+
+
+def emit(theta):
+    print(f"constexpr double kWorkspaceReduceUs = {theta[-1]:.3f};")
+    print(f"constexpr double kClusterReduceUs = {theta[-2]:.3f};")
+    for c in ORDER:
+        o = T_OFF[c]
+        print(f"    {{{NAMES[c]}, {TILED_BPS[c]}, " + ", ".join(f"{v:.4f}" for v in theta[o:o + 4]) + ", ...},")
+    for c in WP:
+        o = W_OFF[c]
+        print(f"    {{{WP_NAMES[c]}, {WP[c][2]}, {WP[c][1]}, " + ", ".join(f"{v:.4f}" for v in theta[o:o + 3]) + "},")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("sweeps", nargs="+")
+    ap.add_argument("--rule", default="split", choices=("split", "joint"))
+    ap.add_argument("--search", action="store_true")
+    ap.add_argument("--emit", action="store_true")
+    ap.add_argument("--start", default="committed", choices=("committed", "lsq"), help="where --search starts")
+    args = ap.parse_args()
+    shapes, heur = load(args.sweeps)
+    groups = defaultdict(list)
+    for s in shapes:
+        groups["m>=256 nmspmm" if s[0] >= 256 and (s[1], s[2]) in NMSPMM_NK else "llama/other"].append(s)
+    groups["all"] = list(shapes)
+    report(shapes, heur, "committed heuristic (as swept)", groups)
+    th0 = committed_theta()
+    report(shapes, PickLoss(shapes, args.rule).picks(th0), f"committed constants, rule {args.rule}", groups)
+    theta = lsq(shapes)
+    report(shapes, PickLoss(shapes, args.rule).picks(theta), f"least squares, rule {args.rule}, in-sample", groups)
+    report(shapes, two_fold(shapes, args.rule, lsq), f"least squares, rule {args.rule}, two-fold", groups)
+    if args.search:
+        start = lsq if args.start == "lsq" else (lambda tr: th0)
+        st = search(shapes, args.rule, start(shapes))
+        report(shapes, PickLoss(shapes, args.rule).picks(st), f"searched from {args.start}, rule {args.rule}, in-sample", groups)
+        report(shapes, two_fold(shapes, args.rule, lambda tr: search(tr, args.rule, start(tr))),
+               f"searched from {args.start}, rule {args.rule}, two-fold", groups)
+        theta = st
+    if args.emit:
+        emit(theta)
+
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
+from shapes import NMSPMM100_NK as NMSPMM_NK  # noqa: E402
+
+if __name__ == "__main__":
+    main()
