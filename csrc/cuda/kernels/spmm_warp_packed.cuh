@@ -38,9 +38,9 @@
 namespace nmspmm {
 namespace kernels {
 
-template <int TM_, int WB_, int STAGES_, int PREFETCH_>
+template <int TM_, int WB_, int STAGES_>
 struct WarpPackedConfig {
-  static constexpr int TM = TM_, WB = WB_, STAGES = STAGES_, PREFETCH = PREFETCH_;
+  static constexpr int TM = TM_, WB = WB_, STAGES = STAGES_;
   static constexpr int WARPS = 4;
   static constexpr int THREADS = 32 * WARPS;
   static constexpr int BM = 8 * TM;            // tile rows (every warp covers all of them)
@@ -58,7 +58,6 @@ struct WarpPackedConfig {
   static_assert(WB % 4 == 0 && WB >= 4 && WB <= 32, "WB must be a multiple of 4 in [4, 32]");
   static_assert(WB % A_RPI == 0, "A copy mapping");
   static_assert(STAGES >= 2, "at least double buffering");
-  static_assert(PREFETCH >= 0, "PREFETCH: stages ahead, or 0");
   // Shared memory of a launch: the warps' pipelines, or the epilogue's staged tile if larger.
   static constexpr size_t smem_bytes() {
     const size_t pipe = static_cast<size_t>(WARPS) * WARP_FLOATS * sizeof(float);
@@ -119,7 +118,6 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) spmm_warp_packed_ke
     auto fetch_group = [&]() {
       pend_base = g_l * M;
       pend_raw = lane < C::GROUP && rel_l < rows ? static_cast<int>(__ldg(idx_ptr)) : -1;
-      if (C::PREFETCH > 0 && lane < C::GROUP && rel_l + C::GROUP < rows) prefetch_l2(idx_ptr + idx_step);
       rel_l += C::GROUP;
       idx_ptr += idx_step;
       g_l += step_g;
@@ -162,10 +160,6 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) spmm_warp_packed_ke
       for (int i = 0; i < C::B_ITERS; ++i) {
         const bool ok = b_rel + 4 * i < rows;
         cp_async_16(Bs + (b_r + 4 * i) * 32 + 4 * b_c, ok ? b_src + 4 * i * n : p.values, ok);
-      }
-      if (C::PREFETCH > 0) {  // lane l < WB: row l of stage st + PREFETCH (one 128-byte line)
-        const int pf_rel = b_rel - b_r + C::PREFETCH * WB + lane;
-        if (lane < WB && pf_rel < rows) prefetch_l2(b_src - b_r * n + (C::PREFETCH * WB + lane) * n);
       }
       b_src += WB * n;
       b_rel += WB;

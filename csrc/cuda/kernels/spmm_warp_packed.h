@@ -7,10 +7,8 @@ namespace nmspmm {
 namespace kernels {
 
 // TM: thread-tile rows (tile BM = 8 * TM rows x 128 columns, 4 warps); WB: compressed rows per
-// stage; STAGES: cp.async pipeline depth of every warp; PREFETCH: 0, or how many stages ahead of its
-// copy a stage's weight rows (and one index group ahead of its load, the next group's index bytes)
-// are hinted into L2.
-template <int TM, int WB, int STAGES, int PREFETCH = 0>
+// stage; STAGES: cp.async pipeline depth of every warp.
+template <int TM, int WB, int STAGES>
 struct WarpPackedConfig;
 
 template <class C>

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Session 24, device call 4: A/B of L2 prefetch hints and a 4th stage in the warp-packed kernels
-# (s24_wp_prefetch_variants.diff applied: NMSPMM_WP_VARIANT 0 base, 1 prefetch 2 stages ahead,
+# (s24_wp_prefetch.diff applied to d2181e3: NMSPMM_WP_VARIANT 0 base, 1 prefetch 2 stages ahead,
 # 2 prefetch 4, 3 = 4 stages (TM 4 / 8) + prefetch 2), flushed timings; then the kernels' tests and
 # memcheck under each variant.
 set -u
