@@ -2,7 +2,7 @@
 
     ncu --section SourceCounters --section WarpStateStats -k regex:spmm_tiled -o rep python3 tools/profile_one.py ...
     ncu -i rep.ncu-rep --page source --csv --print-source sass > rep.csv
-    python tools/ncu_source_summary.py rep.csv [more.csv ...]
+    python tools/ncu_source_summary.py [--top=N] rep.csv [more.csv ...]
 
 Regions: prologue (before the first BAR.SYNC), main loop (to the last executed FFMA), epilogue (the
 rest). Shares are of all warp-state samples of the kernel; `selected` is a warp issuing.
@@ -41,7 +41,8 @@ def summarize(path):
     total = sum(sum(s.values()) for *_, s in insts)
     executed = sum(e for _, _, _, e, _ in insts)
     ffma = sum(e for _, _, op, e, _ in insts if op == "FFMA")
-    first_bar = next(a for a, t, *_ in insts if "BAR.SYNC" in t)
+    # No block barrier before the main loop (the warp-packed kernels): the regions collapse.
+    first_bar = next((a for a, t, *_ in insts if "BAR.SYNC" in t), 0)
     last_ffma = max(a for a, _, op, e, _ in insts if op == "FFMA" and e > 0)
     print(f"== {path}: {total} samples, FFMA {ffma / executed:.1%} of executed warp instructions")
     print(f"  all        {shares(insts, total, 10)}")
@@ -54,8 +55,19 @@ def summarize(path):
     ranked = sorted(by_op.items(), key=lambda kv: -sum(sum(s.values()) for *_, s in kv[1]))
     for op, group in ranked[:8]:
         print(f"  {op:10s} {shares(group, total, 5)}")
+    stalled = sorted(insts, key=lambda i: -(sum(i[4].values()) - i[4].get("selected", 0)))
+    print(f"  top {TOP} instructions by samples other than selected (offset, share, top reasons, SASS):")
+    for a, text, op, e, st in stalled[:TOP]:
+        c = collections.Counter({k: v for k, v in st.items() if k != "selected"})
+        why = " ".join(f"{k}={v / total:.3f}" for k, v in c.most_common(3))
+        print(f"    {a:#07x} {sum(c.values()) / total:.3f} {why:48s} {text[:70]}")
 
+
+TOP = 0
 
 if __name__ == "__main__":
-    for p in sys.argv[1:]:
+    args = sys.argv[1:]
+    if args and args[0].startswith("--top="):
+        TOP = int(args.pop(0).split("=")[1])
+    for p in args:
         summarize(p)
