@@ -16,8 +16,7 @@
 //     copy the whole slab, M / N times the kept rows per vector).
 // A stage's row numbers krow come from the index bytes: lane l of the warp holds the row
 // u0 + l of a group of 32 / WB stages (one 1-byte load per lane per 32 compressed rows, fetched one
-// group ahead; the first two groups back to back) and the copy of row r of a stage takes it with a
-// shuffle.
+// group ahead) and the copy of row r of a stage takes it with a shuffle.
 // Thread tile TM x 8 (the tiled kernels' lane layout with paired lanes): rows ti + 32f + {0..3},
 // columns tj + {0..3} and tj + 16 + {0..3}. Split-K: gridDim.z splits the stages; partial tiles
 // reduce in a cluster (split 2, sm_90) or through the workspace (tile_epilogue.cuh), in fixed order.
@@ -129,7 +128,6 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) spmm_warp_packed_ke
       }
     };
     int krow = -1;  // row of xT of this lane's row of the current group, -1: past the split's end
-    int first_raw = -1, first_base = 0;  // the first group's index byte and g_l * M (prologue)
 
     // A copy: 16-byte chunk a_c of rows a_r, a_r + A_RPI, ... of A_w, from byte a_src + krow * ldxt
     // * 4 (one 32 x 32 -> 64-bit multiply-add; a row past the end reads row 0 with size 0). B copy:
@@ -143,11 +141,9 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) spmm_warp_packed_ke
     int b_rel = b_r;  // row (from u_begin) of the lane's first B copy of the next stage
 
     // Issues the copies of stage st (in order: st = 0, 1, 2, ...) into its buffer.
-    auto issue_stage = [&](int st, bool first) {
+    auto issue_stage = [&](int st) {
       const int slot = st % C::SPG;
-      if (first) {
-        krow = first_raw < 0 ? -1 : first_base + first_raw;
-      } else if (slot == 0) {
+      if (slot == 0) {
         krow = pend_raw < 0 ? -1 : pend_base + pend_raw;
         fetch_group();
       }
@@ -191,16 +187,11 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) spmm_warp_packed_ke
         for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(f.a[i], f.b[j], acc[i][j]);
     };
 
-    // Prologue: the first two index groups' loads back to back (the second group's bytes are then
-    // in flight while stage 0 waits for the first's, instead of being loaded after that wait), then
-    // the first STAGES - 1 stages in flight.
-    fetch_group();
-    first_raw = pend_raw;
-    first_base = pend_base;
+    // Prologue: the first STAGES - 1 stages in flight.
     fetch_group();
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
-      if (s < nst) issue_stage(s, s == 0);
+      if (s < nst) issue_stage(s);
       cp_async_commit();
     }
     // Iteration it computes stage it and, after its first row, issues stage it + STAGES - 1 into
@@ -219,7 +210,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) spmm_warp_packed_ke
         load_frag(fb, As, Bs, r + 1);
         fma_frag(fa);
         if (r == 0) {
-          if (nxt < nst) issue_stage(nxt, false);
+          if (nxt < nst) issue_stage(nxt);
           cp_async_commit();
         }
         if (r + 2 < WB) load_frag(fa, As, Bs, r + 2);
