@@ -23,12 +23,13 @@ from collections import defaultdict
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from fit_cost_model import MAX_SPLIT, NAMES, ORDER, SMS, TILE  # noqa: E402
+from fit_cost_model import NAMES, ORDER, SMS, TILE  # noqa: E402
+from fit_cost_model import candidate_plans as tiled_candidates  # noqa: E402
+from fit_warp_packed_cost import wp_candidates  # noqa: E402
 
 WP = {18: (128, 12, 2), 19: (64, 16, 3), 20: (32, 16, 4)}  # BM, rows per stage, blocks per SM
 WP_NAMES = {18: "kWarpPacked128x128", 19: "kWarpPacked64x128", 20: "kWarpPacked32x128"}
 TILED_BPS = {9: 1, 10: 1, 11: 2, 2: 2, 3: 2, 4: 4, 5: 4}
-FULL_WAVES = 4
 RED_PER_MB = 0.900
 # Parameter vector: 4 per tiled kernel (ORDER), 3 per warp-packed kernel (18, 19, 20), 2 reductions.
 T_OFF = {c: 4 * i for i, c in enumerate(ORDER)}
@@ -59,39 +60,6 @@ def plan_row(shape, c, s):
     x[-2:] = [float(s == 2), float(s > 2)]
     traffic = RED_PER_MB * (s + 1) * m * n * 4 / 1e6 if s > 1 else 0.0
     return x, traffic
-
-
-def tiled_candidates(shape):
-    m, n, k, N, M = shape
-    out = []
-    for c in ORDER:
-        if M > 64 or (c in (9, 10) and M > 32):
-            continue
-        kblocks = math.ceil(k / (32 if M <= 32 else 64))
-        s = 1
-        while s <= MAX_SPLIT:
-            if s > 1 and kblocks // s < 4:
-                break
-            bm, bn = TILE[c]
-            if not (c == 11 and math.ceil(m / bm) * math.ceil(n / bn) * s >= SMS):
-                out.append((c, s))
-            s *= 2
-    return out
-
-
-def wp_candidates(shape):
-    m, n, k, N, M = shape
-    full = math.ceil(m / 128) * math.ceil(n / 128) >= FULL_WAVES * 2 * SMS
-    out = []
-    for c in ((18,) if full else WP):
-        chunks = math.ceil(k // M * N / WP[c][1])
-        s = 1
-        while s <= MAX_SPLIT:
-            if s > 1 and chunks // s < 4:
-                break
-            out.append((c, s))
-            s *= 2
-    return out
 
 
 def candidates(shape, rule):
