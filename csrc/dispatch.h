@@ -130,22 +130,23 @@ constexpr bool kHeuristicUsesPacking = false;
 
 inline int ceil_div_i(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
 
-// Cost model of the tiled kernels (tools/fit_cost_model.py), on four H100 plan sweeps
-// (tools/sweep_plans.py): session 15 (152 shapes of NM-SpMM's dataset x 4 sparsities, m = 256..4096),
-// session 16 (the 21 (n, k) of the llama suite x m = 32, 64, 128, CUDA graphs; and splits of 16) and
-// session 17 (the same layers at m = 256, 512, 1024). One k-stage of one block costs
+// Cost model of the prefill kernels (tiled and warp-packed; tools/fit_joint_cost.py). A grid of
+// `ctas` blocks puts B = ceil(ctas / SMs) blocks on its busiest SM, which runs them in
+// R = ceil(B / blocks_per_sm) rounds, all but the last with blocks_per_sm blocks sharing the SM
+// (grid_rounds). One k-stage of a tiled kernel costs
 //   alpha + beta * wb + r * (gamma + delta * wb)   microseconds
-// (wb compressed rows per stage; alpha and gamma per k-block of 32, doubled for 64) while r =
-// min(blocks_per_sm, ceil(ctas / SMs)) blocks share an SM: grids under one full wave (small m) run
-// their stages faster than a full SM does (without the r terms, until session 15, the picks were
-// 14% / 10% / 7% above the best plan at m = 32 / 64 / 128). Session 16 fitted the constants by least
-// squares; session 17 tuned them for the picks themselves (fit_cost_model.py --search: coordinate
-// search on the mean log of pick time over best time), which moved the reductions' fixed costs
-// down and the equal-CTA-count choices (64x128 vs 128x128 split 2, 32x128 vs 64x128 split 2)
-// toward the measured best: picks 4.1% -> 2.9% above the best plan over the 627 swept shapes
-// (out-of-sample, two-fold over the (n, k) pairs: 3.4%), and in a GPU A/B of the 249 benchmark
-// shapes whose pick changed, 3.9% faster on geomean (0.84x .. 1.21x).
-// experiments/plan_sweep_session17_fit.txt, s17_heuristic_search_ab.csv.
+// while r blocks share the SM (wb compressed rows per stage; alpha and gamma per k-block of 32,
+// doubled for 64), so summed over the rounds a plan costs
+//   stages * (R * (alpha + beta * wb) + B * (gamma + delta * wb)) + reduction.
+// Until session 25 every round was charged as a full wave (waves * r with r = min(blocks_per_sm, B)):
+// a last wave with fewer blocks per SM, which runs its stages faster, cost as much as a full one, so
+// the model missed what a finer grid gains on multi-wave shapes (512x5120x13824 8:32: the 64x128
+// warp-packed kernel with split 2, 640 blocks, 5 per SM in 2 rounds, measured 1.19x faster than
+// split 1, 320 blocks, 3 per SM in one round, which the old model called even). History of the
+// tiled model: session 15 added r (grids under one wave run their stages faster), sessions 16-17
+// fitted it by least squares and then a coordinate search on pick quality to plan sweeps
+// (experiments/plan_sweep_session1{5,6,7}*); session 25 refitted both families together under the
+// rounds model (below, at kWarpPackedCosts).
 struct TiledCost {
   int kernel;
   int blocks_per_sm;
@@ -153,13 +154,13 @@ struct TiledCost {
   int max_M;  // largest M the kernel takes (k-block 32 only: 32)
 };
 constexpr TiledCost kTiledCosts[] = {
-    {kTiled128x256, 1, 0.1537, 0.1710, 0.0, 0.0, 32},
-    {kTiled256x128, 1, 0.5015, 0.1568, 0.0, 0.0, 32},
-    {kTiled128x128w8, 2, 0.2529, 0.0237, 0.0583, 0.0677, 64},
-    {kTiled128x128, 2, -0.2269, 0.0925, 0.2051, 0.0345, 64},
-    {kTiled64x128, 2, 0.2258, 0.0300, -0.0620, 0.0309, 64},
-    {kTiled32x128, 4, 0.0368, 0.0276, 0.0266, 0.0153, 64},
-    {kTiled64x64, 4, 0.5249, 0.0141, -0.0415, 0.0140, 64},
+    {kTiled128x256, 1, 0.4257, 0.1552, 0.0, 0.0, 32},
+    {kTiled256x128, 1, 0.3458, 0.1699, 0.0, 0.0, 32},
+    {kTiled128x128w8, 2, 0.1817, 0.0446, 0.1817, 0.0446, 64},
+    {kTiled128x128, 2, -0.2049, 0.1091, 0.1602, 0.0299, 64},
+    {kTiled64x128, 2, 0.4085, 0.0193, -0.0674, 0.0324, 64},
+    {kTiled32x128, 4, 0.1554, 0.0244, 0.0148, 0.0174, 64},
+    {kTiled64x64, 4, 0.7159, 0.0016, -0.0838, 0.0186, 64},
     // Packing kernels: the session-2 fit at 4096^3 (used only if kHeuristicUsesPacking).
     {kPacked128x128, 2, 1.591, 0.307, 0.0, 0.0, 64},
     {kPacked64x128, 4, 1.218, 0.283, 0.0, 0.0, 64},
@@ -176,8 +177,18 @@ constexpr int kMaxTiledSplit = 16;
 // Fixed cost of a split-K reduction in microseconds: through the workspace (a second launch), and
 // inside a cluster (split 2); tuned with the kernels' constants above (they stand for what a split
 // costs beyond the stages, not for a measured reduction time alone).
-constexpr double kWorkspaceReduceUs = 3.392;
-constexpr double kClusterReduceUs = 0.672;
+constexpr double kWorkspaceReduceUs = 3.719;
+constexpr double kClusterReduceUs = 1.083;
+
+// The busiest SM's rounds of a grid of ctas blocks (see the cost model above).
+struct GridRounds {
+  double rounds;  // R = ceil(B / blocks_per_sm)
+  double blocks;  // B = ceil(ctas / num_sms)
+};
+inline GridRounds grid_rounds(int64_t ctas, int num_sms, int blocks_per_sm) {
+  const int64_t per_sm = (ctas + num_sms - 1) / num_sms;
+  return {static_cast<double>((per_sm + blocks_per_sm - 1) / blocks_per_sm), static_cast<double>(per_sm)};
+}
 
 // Estimated microseconds of a tiled kernel with `split` k-splits (plus the split-K reduction,
 // in a cluster when `clusters`, else through the workspace and a second launch).
@@ -189,14 +200,10 @@ inline double tiled_cost_us(const TiledCost& c, int64_t m, int64_t n, int64_t k,
   const double wb = static_cast<double>(kblock / M * N);
   const TileShape t = tile_shape(c.kernel);
   const int64_t ctas = static_cast<int64_t>(ceil_div_i(m, t.bm)) * ceil_div_i(n, t.bn) * split;
-  // Whole waves of num_sms * blocks_per_sm blocks; r blocks share an SM.
-  const int64_t slots = static_cast<int64_t>(num_sms) * c.blocks_per_sm;
-  const double waves = static_cast<double>((ctas + slots - 1) / slots);
-  const int64_t per_sm = (ctas + num_sms - 1) / num_sms;
-  const double r = static_cast<double>(per_sm < c.blocks_per_sm ? per_sm : c.blocks_per_sm);
+  const GridRounds g = grid_rounds(ctas, num_sms, c.blocks_per_sm);
   const int64_t stages = (ceil_div_i(k, kblock) + split - 1) / split;
-  const double stage_us = scale * (c.alpha + r * c.gamma) + (c.beta + r * c.delta) * wb;
-  double us = waves * static_cast<double>(stages) * stage_us;
+  double us = static_cast<double>(stages) *
+              (g.rounds * (scale * c.alpha + c.beta * wb) + g.blocks * (scale * c.gamma + c.delta * wb));
   if (split > 1) {
     const double fixed = plan_reduces_in_cluster(c.kernel, split, clusters) ? kClusterReduceUs : kWorkspaceReduceUs;
     us += fixed + 0.900 * static_cast<double>(split + 1) * m * n * 4 / 1.0e6;
@@ -204,18 +211,22 @@ inline double tiled_cost_us(const TiledCost& c, int64_t m, int64_t n, int64_t k,
   return us;
 }
 
-// The warp-packed kernels (ids 18-20, L >= 32) for high sparsity. A tiled kernel copies the whole
-// k-slab of x for the 4 vectors of its 128-column tile; a warp-packed warp copies only the rows its
-// vector keeps, 4 N / M of that, so at 4 N <= M (75% sparse and more) they move no more x and skip
-// the tiled kernels' gather offsets and block barrier per stage. Session-23 H100 A/B
-// (tools/ab_warp_packed.py; experiments/s23_warp_packed_ab2.csv: NM-SpMM's 20 (n, k) pairs at
-// m = 64..4096 and 4096^3, every plan below with splits 1, 2, 4): the best warp-packed plan is
-// 1.04-1.22x (8:32) and 1.10-1.26x (4:32) faster than the tiled pick on geomean per m, 4096^3 8:32
-// 869 -> 837 us, 4:32 500 -> 461 us. At 12:32 / 16:32 the best plan per shape is 1.00-1.10x, but
-// no single warp-packed plan beats the tiled pick on geomean, so the tiled kernels keep them.
-// Cost of one plan: waves * stages * (a + r * g) + waves * b + the split-K reduction of the tiled
-// kernels, stages of wb compressed rows, waves and r as in tiled_cost_us; least squares on relative
-// error over the A/B's 8:32 and 4:32 cells (tools/fit_warp_packed_cost.py).
+// The warp-packed kernels (ids 18-20, L >= 32). A tiled kernel copies the whole k-slab of x for the
+// 4 vectors of its 128-column tile; a warp-packed warp copies only the rows its vector keeps, 4 N / M
+// of that, and skips the tiled kernels' gather offsets and block barrier per stage. Session-23 H100
+// A/B (tools/ab_warp_packed.py; experiments/s23_warp_packed_ab2.csv): at 8:32 / 4:32 the best
+// warp-packed plan is 1.04-1.22x / 1.10-1.26x faster than the tiled pick on geomean per m. At 12:32
+// and 16:32 the two families are about even on geomean but not per shape (session-24 flushed sweeps:
+// 512x5632x2048 12:32, 64x128 warp-packed 127 us against the tiled pick's 155 us), so since session
+// 25 choose_plan prices both families at every pattern with L >= 32 and takes the cheaper plan.
+// Cost of one plan: stages * (R * a + B * g) + R * b + the tiled kernels' split-K reduction, with
+// stages of wb compressed rows and R, B the grid's rounds as in tiled_cost_us. Both families'
+// constants and the reductions were fitted together (tools/fit_joint_cost.py: least squares on
+// relative error, then a coordinate search on the picks' mean log time over the best plan's) to the
+// session-24 flushed sweeps of every plan of both families (experiments/flushed_sweep_*.csv: the 100
+// NM-SpMM points and the llama suite's 21 (n, k) at m = 32..512, 4 sparsities, 820 cells); the fit
+// and its two-fold check are in experiments/s25_fit_rounds_joint.txt. b < 0 is a per-round intercept
+// of the fit, not a measured time; every split keeps >= 4 stages, which keeps the sum positive.
 struct WarpPackedCost {
   int kernel;
   int blocks_per_sm;  // by registers and shared memory (spmm_warp_packed.cuh)
@@ -223,9 +234,9 @@ struct WarpPackedCost {
   double a, g, b;
 };
 constexpr WarpPackedCost kWarpPackedCosts[] = {
-    {kWarpPacked128x128, 2, 12, 0.9195, 0.6534, 0.0399},
-    {kWarpPacked64x128, 3, 16, 0.9137, 0.4056, 0.1209},
-    {kWarpPacked32x128, 4, 16, 0.6839, 0.2371, -0.0191},
+    {kWarpPacked128x128, 2, 12, 0.8659, 0.6675, -2.0652},
+    {kWarpPacked64x128, 3, 16, 0.7155, 0.4969, -1.5717},
+    {kWarpPacked32x128, 4, 16, 0.6216, 0.2785, -1.7242},
 };
 // A grid of at least this many waves of 128x128 tiles (2 per SM) without a split takes the 128x128
 // kernel: the smaller tiles read the weight once per 64 or 32 rows of x, which the per-stage model
@@ -233,19 +244,17 @@ constexpr WarpPackedCost kWarpPackedCosts[] = {
 // above the best warp-packed plan, without it 6%).
 constexpr int kWarpPackedFullWaves = 4;
 
-inline bool warp_packed_pays(int64_t N, int64_t M, int64_t L) { return L >= 32 && 4 * N <= M; }
+// Whether the warp-packed kernels are candidates (a warp's 32 columns must lie in one vector).
+inline bool warp_packed_candidates(int64_t L) { return L >= 32; }
 
 inline double warp_packed_cost_us(const WarpPackedCost& c, int64_t m, int64_t n, int64_t k, int64_t N,
                                   int64_t M, int split, int num_sms, bool clusters) {
   const TileShape t = tile_shape(c.kernel);
   const int64_t chunks = (k / M * N + c.wb - 1) / c.wb;
   const int64_t ctas = static_cast<int64_t>(ceil_div_i(m, t.bm)) * ceil_div_i(n, t.bn) * split;
-  const int64_t slots = static_cast<int64_t>(num_sms) * c.blocks_per_sm;
-  const double waves = static_cast<double>((ctas + slots - 1) / slots);
-  const int64_t per_sm = (ctas + num_sms - 1) / num_sms;
-  const double r = static_cast<double>(per_sm < c.blocks_per_sm ? per_sm : c.blocks_per_sm);
+  const GridRounds gr = grid_rounds(ctas, num_sms, c.blocks_per_sm);
   const double stages = static_cast<double>((chunks + split - 1) / split);
-  double us = waves * stages * (c.a + r * c.g) + waves * c.b;
+  double us = stages * (gr.rounds * c.a + gr.blocks * c.g) + gr.rounds * c.b;
   if (split > 1) {
     const double fixed = plan_reduces_in_cluster(c.kernel, split, clusters) ? kClusterReduceUs : kWorkspaceReduceUs;
     us += fixed + 0.900 * static_cast<double>(split + 1) * m * n * 4 / 1.0e6;
@@ -253,10 +262,11 @@ inline double warp_packed_cost_us(const WarpPackedCost& c, int64_t m, int64_t n,
   return us;
 }
 
-// Prefill at 4 N <= M, L >= 32: the cheapest warp-packed plan (splits 1, 2, 4, ..., 16, each split
-// keeping >= 4 stages); only the 128x128 kernel on grids of kWarpPackedFullWaves waves or more.
+// Prefill at L >= 32: the cheapest warp-packed plan (splits 1, 2, 4, ..., 16, each split keeping
+// >= 4 stages) and its cost in *cost_us; only the 128x128 kernel on grids of kWarpPackedFullWaves
+// waves or more.
 inline Plan choose_warp_packed(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, int num_sms,
-                               bool clusters) {
+                               bool clusters, double* cost_us = nullptr) {
   const bool full = static_cast<int64_t>(ceil_div_i(m, 128)) * ceil_div_i(n, 128) >=
                     static_cast<int64_t>(kWarpPackedFullWaves) * 2 * num_sms;
   Plan best{kWarpPacked128x128, 1};
@@ -273,6 +283,7 @@ inline Plan choose_warp_packed(int64_t m, int64_t n, int64_t k, int64_t N, int64
       }
     }
   }
+  if (cost_us != nullptr) *cost_us = best_us;
   return best;
 }
 
@@ -425,7 +436,6 @@ inline Plan choose_plan(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, i
     while (col_blocks * split < 4 * num_sms && split < 64 && w / (split * 2) >= 32) split *= 2;
     return {kDecode, split};
   }
-  if (warp_packed_pays(N, M, L)) return choose_warp_packed(m, n, k, N, M, num_sms, clusters);
   const double sparsity = 1.0 - static_cast<double>(N) / static_cast<double>(M);
   const bool packing = kHeuristicUsesPacking && has_col_info && sparsity >= 0.80;
   Plan best{kTiled64x128, 1};
@@ -451,6 +461,11 @@ inline Plan choose_plan(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, i
         best = {c.kernel, split};
       }
     }
+  }
+  if (warp_packed_candidates(L)) {  // both families priced by one model; the tiled plan on a tie
+    double wp_us = -1.0;
+    const Plan wp = choose_warp_packed(m, n, k, N, M, num_sms, clusters, &wp_us);
+    if (best_us < 0 || wp_us < best_us) best = wp;
   }
   return best;
 }

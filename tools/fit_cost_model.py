@@ -1,6 +1,10 @@
 """Fit the heuristic's cost model (csrc/dispatch.h, kTiledCosts) to plan sweeps
 (tools/sweep_plans.py) and report how close its picks come to the best measured plan.
 
+Sessions 15-24. Since session 25 the committed model prices a grid by its rounds and lets the
+warp-packed plans compete at every pattern: tools/fit_joint_cost.py replays and refits that one (its
+--check-op compares with the op); this script's replay and --check-op follow the session-24 model.
+
     python tools/fit_cost_model.py SWEEP.csv [SWEEP2.csv ...]        # committed constants + a refit
     python tools/fit_cost_model.py SWEEP.csv --check-op              # replay == the C++ heuristic?
     python tools/fit_cost_model.py SWEEP.csv ... --search            # + tune the constants for the picks

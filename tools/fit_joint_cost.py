@@ -1,15 +1,20 @@
 """Fit the heuristic's prefill cost models (csrc/dispatch.h: kTiledCosts, kWarpPackedCosts and the two
 split-K reduction constants) to flushed plan sweeps (tools/sweep_flushed.py), and replay the picks:
 
-    python tools/fit_joint_cost.py SWEEP.csv [SWEEP_PASS2.csv ...] [--rule split|joint] [--search]
+    python tools/fit_joint_cost.py SWEEP.csv [SWEEP_PASS2.csv ...] [--rule joint|split]
+        [--grid rounds|waves] [--search [--start lsq|committed]] [--emit] [--check-op]
 
 A plan timed in several files counts at its lowest median (the benchmark keeps the lower of two).
-Models (per kernel c, split s; waves, r, stages as in tools/fit_cost_model.py / fit_warp_packed_cost.py):
-    tiled:        us = waves * stages * (alpha + beta * wb + r * (gamma + delta * wb)) + red(s)
-    warp-packed:  us = waves * stages * (a + r * g) + waves * b + red(s)
+Models (per kernel c, split s; stages as in tools/fit_cost_model.py / fit_warp_packed_cost.py), with
+(W, V) = grid_terms(...): (R, B) for --grid rounds (csrc/dispatch.h since session 25: the busiest
+SM's B blocks in R rounds) or (waves, waves * r) for --grid waves (until session 24):
+    tiled:        us = stages * (W * (alpha + beta * wb) + V * (gamma + delta * wb)) + red(s)
+    warp-packed:  us = stages * (W * a + V * g) + W * b + red(s)
     red(s) = [s == 2] red_cluster + [s > 2] red_workspace + 0.9 us per MB of partial tiles (s > 1)
-Rules: split = the committed structure (warp-packed plans only at 4N <= M, tiled plans otherwise);
-joint = the cheapest plan of both families at every sparsity (L >= 32). Pick quality (pick time over
+Rules: joint = the cheapest plan of both families at L >= 32 (csrc/dispatch.h since session 25);
+split = warp-packed plans only at 4N <= M, tiled plans otherwise (until session 24). The defaults
+are the committed model, whose constants are parsed from csrc/dispatch.h; --check-op compares this
+replay with torch.ops.nmspmm.spmm_heuristic on every swept shape. Pick quality (pick time over
 the best timed plan, geomean) is printed for the committed heuristic (the sweep's heur columns), the
 least-squares refit and, with --search, a coordinate search on pick quality started from the refit;
 in-sample and two-fold over the (n, k) pairs. --emit prints the constants as C++ initializers."""
@@ -37,9 +42,20 @@ W_OFF = {c: 4 * len(ORDER) + 3 * i for i, c in enumerate(WP)}
 NP = 4 * len(ORDER) + 3 * len(WP) + 2
 
 
+GRID = "rounds"  # --grid: how a multi-wave grid is charged (below)
+
+
 def grid_terms(m, n, bm, bn, s, bps):
+    """(waves, waves * r): the per-stage model's two multipliers. "waves": whole waves of bps blocks
+    per SM, each at r = min(bps, blocks per SM) (csrc/dispatch.h). "rounds": the busiest SM's
+    B = ceil(blocks / SMs) blocks in R = ceil(B / bps) rounds, the last one at B - (R - 1) bps
+    blocks, so a last partial wave costs what its concurrency costs (the same on one wave)."""
     ctas = math.ceil(m / bm) * math.ceil(n / bn) * s
-    return math.ceil(ctas / (SMS * bps)), min(bps, math.ceil(ctas / SMS))
+    per_sm = math.ceil(ctas / SMS)
+    if GRID == "rounds":
+        return math.ceil(per_sm / bps), per_sm
+    waves = math.ceil(ctas / (SMS * bps))
+    return waves, waves * min(bps, per_sm)
 
 
 def plan_row(shape, c, s):
@@ -47,16 +63,16 @@ def plan_row(shape, c, s):
     x = np.zeros(NP)
     if c in WP:
         bm, wb, bps = WP[c]
-        waves, r = grid_terms(m, n, bm, 128, s, bps)
+        waves, wr = grid_terms(m, n, bm, 128, s, bps)
         stages = math.ceil(math.ceil(k // M * N / wb) / s)
-        x[W_OFF[c]:W_OFF[c] + 3] = [waves * stages, waves * stages * r, waves]
+        x[W_OFF[c]:W_OFF[c] + 3] = [waves * stages, wr * stages, waves]
     else:
         bm, bn = TILE[c]
         kb = 32 if M <= 32 else 64
-        waves, r = grid_terms(m, n, bm, bn, s, TILED_BPS[c])
+        waves, wr = grid_terms(m, n, bm, bn, s, TILED_BPS[c])
         stages = math.ceil(math.ceil(k / kb) / s)
-        scale, wb, w = (2.0 if kb == 64 else 1.0), kb // M * N, waves * stages
-        x[T_OFF[c]:T_OFF[c] + 4] = [w * scale, w * wb, w * r * scale, w * r * wb]
+        scale, wb, w, v = (2.0 if kb == 64 else 1.0), kb // M * N, waves * stages, wr * stages
+        x[T_OFF[c]:T_OFF[c] + 4] = [w * scale, w * wb, v * scale, v * wb]
     x[-2:] = [float(s == 2), float(s > 2)]
     traffic = RED_PER_MB * (s + 1) * m * n * 4 / 1e6 if s > 1 else 0.0
     return x, traffic
@@ -201,11 +217,15 @@ def emit(theta):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("sweeps", nargs="+")
-    ap.add_argument("--rule", default="split", choices=("split", "joint"))
+    ap.add_argument("--rule", default="joint", choices=("split", "joint"))
     ap.add_argument("--search", action="store_true")
     ap.add_argument("--emit", action="store_true")
+    ap.add_argument("--check-op", action="store_true", help="replay == torch.ops.nmspmm.spmm_heuristic")
+    ap.add_argument("--grid", default="rounds", choices=("waves", "rounds"), help="multi-wave grid term (grid_terms)")
     ap.add_argument("--start", default="committed", choices=("committed", "lsq"), help="where --search starts")
     args = ap.parse_args()
+    global GRID
+    GRID = args.grid
     shapes, heur = load(args.sweeps)
     groups = defaultdict(list)
     for s in shapes:
@@ -213,6 +233,13 @@ def main():
     groups["all"] = list(shapes)
     report(shapes, heur, "committed heuristic (as swept)", groups)
     th0 = committed_theta()
+    if args.check_op:
+        import torch
+        import nmspmm  # noqa: F401  (loads the ops)
+        picks = PickLoss(shapes, args.rule).picks(th0)
+        same = sum(tuple(torch.ops.nmspmm.spmm_heuristic(m, n, k, N, M, 32, False, SMS)) == picks[(m, n, k, N, M)]
+                   for (m, n, k, N, M) in shapes)
+        print(f"replay (rule {args.rule}, grid {GRID}) == torch.ops.nmspmm.spmm_heuristic on {same} of {len(shapes)} shapes")
     report(shapes, PickLoss(shapes, args.rule).picks(th0), f"committed constants, rule {args.rule}", groups)
     theta = lsq(shapes)
     report(shapes, PickLoss(shapes, args.rule).picks(theta), f"least squares, rule {args.rule}, in-sample", groups)

@@ -1,5 +1,6 @@
 """Fit the warp-packed kernels' (ids 18-20) cost constants for the heuristic (csrc/dispatch.h,
-kWarpPackedCosts, choose_warp_packed) from tools/ab_warp_packed.py runs, and replay its picks:
+kWarpPackedCosts, choose_warp_packed) from tools/ab_warp_packed.py runs, and replay its picks
+(session 23; the session-25 model, both families in one, is tools/fit_joint_cost.py's):
 
     python tools/fit_warp_packed_cost.py AB.csv [AB2.csv ...]
 
