@@ -36,6 +36,7 @@ WP = {18: (128, 12, 2), 19: (64, 16, 3), 20: (32, 16, 4)}  # BM, rows per stage,
 WP_NAMES = {18: "kWarpPacked128x128", 19: "kWarpPacked64x128", 20: "kWarpPacked32x128"}
 TILED_BPS = {9: 1, 10: 1, 11: 2, 2: 2, 3: 2, 4: 4, 5: 4}
 RED_PER_MB = 0.900
+MODERATE_MAX_MNK = 4.5e10  # kWarpPackedModerateMaxMnk
 # Parameter vector: 4 per tiled kernel (ORDER), 3 per warp-packed kernel (18, 19, 20), 2 reductions.
 T_OFF = {c: 4 * i for i, c in enumerate(ORDER)}
 W_OFF = {c: 4 * len(ORDER) + 3 * i for i, c in enumerate(WP)}
@@ -80,8 +81,10 @@ def plan_row(shape, c, s):
 
 def candidates(shape, rule):
     N, M = shape[3], shape[4]
-    if rule == "joint":
-        return tiled_candidates(shape) + wp_candidates(shape)
+    if rule == "joint":  # csrc/dispatch.h warp_packed_candidates: at 4N > M only below MODERATE_MAX_MNK
+        m, n, k = shape[:3]
+        wp = wp_candidates(shape) if 4 * N <= M or m * n * k < MODERATE_MAX_MNK else []
+        return tiled_candidates(shape) + wp
     return wp_candidates(shape) if 4 * N <= M else tiled_candidates(shape)
 
 
