@@ -211,7 +211,12 @@ def search(shapes, bps, theta0, passes=10):
     parameter in turn is scaled (x0.5 .. x2, sign flip) or shifted (+-0.0025 .. 0.05), a step kept
     when it lowers the loss; until a pass changes nothing. The least-squares fit minimizes the error
     of every plan's time, most of them far from the best; this targets the ranking near the top."""
-    loss = PickLoss(shapes, bps)
+    return coordinate_search(PickLoss(shapes, bps), theta0, passes, 1e-6)
+
+
+def coordinate_search(loss, theta0, passes, tol):
+    """Minimizes loss(theta) one parameter at a time (the steps of search, above), keeping a step
+    that lowers it by more than tol; stops after `passes` passes or a pass that changes nothing."""
     theta, best = np.array(theta0, dtype=float), loss(theta0)
     for _ in range(passes):
         improved = False
@@ -221,7 +226,7 @@ def search(shapes, bps, theta0, passes=10):
                     trial = theta.copy()
                     trial[i] = step
                     v = loss(trial)
-                    if v < best - 1e-6:
+                    if v < best - tol:
                         theta, best, improved = trial, v, True
         if not improved:
             break

@@ -30,6 +30,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(__file__))
 from fit_cost_model import NAMES, ORDER, SMS, TILE  # noqa: E402
 from fit_cost_model import candidate_plans as tiled_candidates  # noqa: E402
+from fit_cost_model import coordinate_search  # noqa: E402
 from fit_warp_packed_cost import wp_candidates  # noqa: E402
 
 WP = {18: (128, 12, 2), 19: (64, 16, 3), 20: (32, 16, 4)}  # BM, rows per stage, blocks per SM
@@ -163,21 +164,7 @@ class PickLoss:
 
 
 def search(shapes, rule, theta0, passes=8):
-    loss = PickLoss(shapes, rule)
-    theta, best = np.array(theta0, dtype=float), loss(theta0)
-    for _ in range(passes):
-        improved = False
-        for i in range(len(theta)):
-            for f in (0.5, 0.8, 0.9, 0.95, 1.05, 1.1, 1.25, 2.0, -1.0):
-                for step in (theta[i] * f, theta[i] + (f - 1) * 0.05):
-                    trial = theta.copy()
-                    trial[i] = step
-                    v = loss(trial)
-                    if v < best - 1e-7:
-                        theta, best, improved = trial, v, True
-        if not improved:
-            break
-    return theta
+    return coordinate_search(PickLoss(shapes, rule), theta0, passes, 1e-7)
 
 
 def report(shapes, picks, label, groups):
