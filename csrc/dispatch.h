@@ -190,6 +190,14 @@ inline GridRounds grid_rounds(int64_t ctas, int num_sms, int blocks_per_sm) {
   return {static_cast<double>((per_sm + blocks_per_sm - 1) / blocks_per_sm), static_cast<double>(per_sm)};
 }
 
+// The split-K reduction of a plan (both families): a fixed cost in a cluster or through the
+// workspace, plus 0.9 us per MB of partial tiles written and read.
+inline double split_reduction_us(int kernel, int split, int64_t m, int64_t n, bool clusters) {
+  if (split <= 1) return 0.0;
+  const double fixed = plan_reduces_in_cluster(kernel, split, clusters) ? kClusterReduceUs : kWorkspaceReduceUs;
+  return fixed + 0.900 * static_cast<double>(split + 1) * m * n * 4 / 1.0e6;
+}
+
 // Estimated microseconds of a tiled kernel with `split` k-splits (plus the split-K reduction,
 // in a cluster when `clusters`, else through the workspace and a second launch).
 inline double tiled_cost_us(const TiledCost& c, int64_t m, int64_t n, int64_t k, int64_t N,
@@ -202,13 +210,9 @@ inline double tiled_cost_us(const TiledCost& c, int64_t m, int64_t n, int64_t k,
   const int64_t ctas = static_cast<int64_t>(ceil_div_i(m, t.bm)) * ceil_div_i(n, t.bn) * split;
   const GridRounds g = grid_rounds(ctas, num_sms, c.blocks_per_sm);
   const int64_t stages = (ceil_div_i(k, kblock) + split - 1) / split;
-  double us = static_cast<double>(stages) *
+  const double us = static_cast<double>(stages) *
               (g.rounds * (scale * c.alpha + c.beta * wb) + g.blocks * (scale * c.gamma + c.delta * wb));
-  if (split > 1) {
-    const double fixed = plan_reduces_in_cluster(c.kernel, split, clusters) ? kClusterReduceUs : kWorkspaceReduceUs;
-    us += fixed + 0.900 * static_cast<double>(split + 1) * m * n * 4 / 1.0e6;
-  }
-  return us;
+  return us + split_reduction_us(c.kernel, split, m, n, clusters);
 }
 
 // The warp-packed kernels (ids 18-20, L >= 32). A tiled kernel copies the whole k-slab of x for the
@@ -267,12 +271,8 @@ inline double warp_packed_cost_us(const WarpPackedCost& c, int64_t m, int64_t n,
   const int64_t ctas = static_cast<int64_t>(ceil_div_i(m, t.bm)) * ceil_div_i(n, t.bn) * split;
   const GridRounds gr = grid_rounds(ctas, num_sms, c.blocks_per_sm);
   const double stages = static_cast<double>((chunks + split - 1) / split);
-  double us = stages * (gr.rounds * c.a + gr.blocks * c.g) + gr.rounds * c.b;
-  if (split > 1) {
-    const double fixed = plan_reduces_in_cluster(c.kernel, split, clusters) ? kClusterReduceUs : kWorkspaceReduceUs;
-    us += fixed + 0.900 * static_cast<double>(split + 1) * m * n * 4 / 1.0e6;
-  }
-  return us;
+  const double us = stages * (gr.rounds * c.a + gr.blocks * c.g) + gr.rounds * c.b;
+  return us + split_reduction_us(c.kernel, split, m, n, clusters);
 }
 
 // Prefill at L >= 32: the cheapest warp-packed plan (splits 1, 2, 4, ..., 16, each split keeping
