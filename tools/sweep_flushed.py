@@ -1,4 +1,4 @@
-"""Time the prefill plans of both kernel families (tiled 2-5, 9-11 and warp-packed 18-20, x split-K)
+"""Time the prefill plans of both kernel families (tiled 2-5, 9-11 and warp-packed 18-23, x split-K)
 the way the benchmark times a call: L2 flushed (256 MB zeroed) before every call, CUDA events around
 the call alone, median. For fitting the heuristic's cost models (tools/fit_joint_cost.py).
 
@@ -9,7 +9,8 @@ Candidates per shape are the heuristic's own (csrc/dispatch.h: splits 1, 2, 4, .
 k-blocks / stages; kernel 11 only under one block per SM); a split > 1 is skipped where the grid
 without it already fills two waves, and the 128x256 / 256x128 tiles at m <= 512. Writes flushed_sweep.csv (one row per shape x plan: m, n, k, N, M,
 L, kernel, split, ms, reps, heur_kernel, heur_split); each plan's output is checked against the
-heuristic plan's (a mismatch is printed and recorded in rel_diff)."""
+heuristic plan's (a mismatch is printed and recorded in rel_diff). --kernels restricts the candidates
+(the heuristic's plan is always timed)."""
 import argparse
 import csv
 import math
@@ -28,15 +29,19 @@ from shapes import NMSPMM100_NK, llama_shapes  # noqa: E402
 ops = torch.ops.nmspmm
 SMS_DEFAULT = 132
 TILE = {2: (128, 128, 2), 3: (64, 128, 2), 4: (32, 128, 4), 5: (64, 64, 4), 9: (128, 256, 1),
-        10: (256, 128, 1), 11: (128, 128, 2), 18: (128, 128, 2), 19: (64, 128, 3), 20: (32, 128, 4)}
-WP_WB = {18: 12, 19: 16, 20: 16}
+        10: (256, 128, 1), 11: (128, 128, 2), 18: (128, 128, 2), 19: (64, 128, 3), 20: (32, 128, 4),
+        21: (64, 128, 1), 22: (32, 128, 2), 23: (32, 128, 1)}
+WP_WB = {18: 12, 19: 16, 20: 16, 21: 16, 22: 16, 23: 16}
+WP_KS = {21: 2, 22: 2, 23: 4}  # in-block k-split: each of KS warp groups runs 1 / KS of the stages
 
 
-def candidates(m, n, k, N, M, sms):
+def candidates(m, n, k, N, M, sms, kernels=None):
     out = []
     for c, (bm, bn, bps) in TILE.items():
+        if kernels is not None and c not in kernels:
+            continue
         if c in WP_WB:
-            units = math.ceil(k // M * N / WP_WB[c])       # stages of WB compressed rows
+            units = math.ceil(k // M * N / WP_WB[c]) // WP_KS.get(c, 1)  # stages of a warp
         else:
             if c in (9, 10) and M > 32:
                 continue
@@ -88,7 +93,9 @@ def main():
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--name", default="flushed_sweep.csv")
     ap.add_argument("--budget-s", type=float, default=300)
+    ap.add_argument("--kernels", default="", help="comma-separated kernel ids (default: all)")
     args = ap.parse_args()
+    kernels = {int(v) for v in args.kernels.split(",")} if args.kernels else None
     ms = [int(v) for v in args.ms.split(",")]
     Ns = [int(v) for v in args.Ns.split(",")]
     if args.grid == "nmspmm100":
@@ -118,7 +125,7 @@ def main():
                     heur = tuple(ops.spmm_heuristic(m, n, k, N, 32, 32, False, sms))
                     y0 = ops.spmm(x, p.values, p.indices, N, 32, 32)
                     scale = y0.abs().max().item() + 1e-30
-                    plans = candidates(m, n, k, N, 32, sms)
+                    plans = candidates(m, n, k, N, 32, sms, kernels)
                     if heur not in plans:
                         plans.append(heur)
                     best = (math.inf, None)
