@@ -32,10 +32,7 @@ enum KernelId : int {
   kWarpPacked128x128 = 18,  // L >= 32: each warp stages only the x rows its vector keeps, in its
   kWarpPacked64x128 = 19,   // own cp.async pipeline (no gather offsets, no block barrier per
   kWarpPacked32x128 = 20,   // stage); 16x8 / 8x8 / 4x8 thread tiles
-  kWarpPacked64x128Ks2 = 21,  // the same with an in-block k-split: 2 or 4 groups of 4 warps share a
-  kWarpPacked32x128Ks2 = 22,  // tile, each running 1 / KS of its stages, summed in shared memory
-  kWarpPacked32x128Ks4 = 23,  // (more warps per SM on small grids, no cluster or workspace)
-  kNumKernels = 24,
+  kNumKernels = 21,
 };
 
 // The decode kernels launched as thread-block clusters (sm_90): split_k is the cluster size and
@@ -68,9 +65,6 @@ inline TileShape tile_shape(int kernel) {
     case kWarpPacked128x128: return {128, 128};
     case kWarpPacked64x128: return {64, 128};
     case kWarpPacked32x128: return {32, 128};
-    case kWarpPacked64x128Ks2: return {64, 128};
-    case kWarpPacked32x128Ks2: return {32, 128};
-    case kWarpPacked32x128Ks4: return {32, 128};
     default: return {0, 0};
   }
 }
@@ -83,11 +77,7 @@ inline bool is_tiled_kernel(int kernel) {
          (kernel >= kTiled128x256 && kernel <= kTiled128x128w8);
 }
 inline bool is_warp_packed_kernel(int kernel) {
-  return kernel >= kWarpPacked128x128 && kernel <= kWarpPacked32x128Ks4;
-}
-// The warp-packed kernels' in-block k-split (groups of 4 warps per block that share a tile).
-inline int warp_packed_block_split(int kernel) {
-  return kernel == kWarpPacked32x128Ks4 ? 4 : (kernel == kWarpPacked64x128Ks2 || kernel == kWarpPacked32x128Ks2) ? 2 : 1;
+  return kernel >= kWarpPacked128x128 && kernel <= kWarpPacked32x128;
 }
 // The kernels that read x through its k-major copy xT (written by a transpose before them).
 inline bool kernel_reads_xt(int kernel) {

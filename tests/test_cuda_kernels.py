@@ -33,8 +33,8 @@ TILED_M32 = (9, 10)  # k-block 32 only
 PACKED = (6, 7, 8)
 CLUSTER = {12: 2, 13: 2, 14: 2, 15: 16, 16: 16, 17: 16}  # cluster decode kernel -> largest m (sm_90)
 STAGED = (15, 16, 17)  # of which the staged decode kernels (x staged in shared memory)
-WARP_PACKED = (18, 19, 20, 21, 22, 23)  # L >= 32, any M
-NUM_KERNELS = 24
+WARP_PACKED = (18, 19, 20)  # L >= 32, any M
+NUM_KERNELS = 21
 
 
 def decode_m(kernel, m, other):

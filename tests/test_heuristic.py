@@ -18,8 +18,8 @@ TILED_M32 = {9, 10}  # k-block 32 only
 PACKED = {6, 7, 8}
 CLUSTER_DECODE = {12: 2, 13: 2, 14: 2}  # kernel -> largest m
 STAGED_DECODE = {15, 16, 17}  # m <= 16, M <= 512
-WARP_PACKED = {18, 19, 20, 21, 22, 23}  # L >= 32
-NUM_KERNELS = 24
+WARP_PACKED = {18, 19, 20}  # L >= 32
+NUM_KERNELS = 21
 
 
 def supports(kernel, m, N, M, L, has_col_info):

@@ -47,7 +47,7 @@ def supports(kernel, m, p):
         return p.L >= 16
     if kernel in (6, 7, 8):
         return p.L >= 16
-    if 18 <= kernel <= 23:
+    if kernel in (18, 19, 20):
         return p.L >= 32
     return True
 

@@ -1,4 +1,4 @@
-"""Time the prefill plans of both kernel families (tiled 2-5, 9-11 and warp-packed 18-23, x split-K)
+"""Time the prefill plans of both kernel families (tiled 2-5, 9-11 and warp-packed 18-20, x split-K)
 the way the benchmark times a call: L2 flushed (256 MB zeroed) before every call, CUDA events around
 the call alone, median. For fitting the heuristic's cost models (tools/fit_joint_cost.py).
 
@@ -29,10 +29,8 @@ from shapes import NMSPMM100_NK, llama_shapes  # noqa: E402
 ops = torch.ops.nmspmm
 SMS_DEFAULT = 132
 TILE = {2: (128, 128, 2), 3: (64, 128, 2), 4: (32, 128, 4), 5: (64, 64, 4), 9: (128, 256, 1),
-        10: (256, 128, 1), 11: (128, 128, 2), 18: (128, 128, 2), 19: (64, 128, 3), 20: (32, 128, 4),
-        21: (64, 128, 1), 22: (32, 128, 2), 23: (32, 128, 1)}
-WP_WB = {18: 12, 19: 16, 20: 16, 21: 16, 22: 16, 23: 16}
-WP_KS = {21: 2, 22: 2, 23: 4}  # in-block k-split: each of KS warp groups runs 1 / KS of the stages
+        10: (256, 128, 1), 11: (128, 128, 2), 18: (128, 128, 2), 19: (64, 128, 3), 20: (32, 128, 4)}
+WP_WB = {18: 12, 19: 16, 20: 16}
 
 
 def candidates(m, n, k, N, M, sms, kernels=None):
@@ -41,7 +39,7 @@ def candidates(m, n, k, N, M, sms, kernels=None):
         if kernels is not None and c not in kernels:
             continue
         if c in WP_WB:
-            units = math.ceil(k // M * N / WP_WB[c]) // WP_KS.get(c, 1)  # stages of a warp
+            units = math.ceil(k // M * N / WP_WB[c])       # stages of WB compressed rows
         else:
             if c in (9, 10) and M > 32:
                 continue

@@ -363,9 +363,6 @@ cudaError_t launch_spmm(const SpmmParams& p, int kernel, cudaStream_t stream) {
     case kWarpPacked128x128: err = launch_warp_packed<WarpPacked128x128>(p, stream); break;
     case kWarpPacked64x128: err = launch_warp_packed<WarpPacked64x128>(p, stream); break;
     case kWarpPacked32x128: err = launch_warp_packed<WarpPacked32x128>(p, stream); break;
-    case kWarpPacked64x128Ks2: err = launch_warp_packed<WarpPacked64x128Ks2>(p, stream); break;
-    case kWarpPacked32x128Ks2: err = launch_warp_packed<WarpPacked32x128Ks2>(p, stream); break;
-    case kWarpPacked32x128Ks4: err = launch_warp_packed<WarpPacked32x128Ks4>(p, stream); break;
     default: return cudaErrorInvalidValue;
   }
   if (err != cudaSuccess || !uses_split) return err;

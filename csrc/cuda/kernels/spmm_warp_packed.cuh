@@ -20,10 +20,6 @@
 // Thread tile TM x 8 (the tiled kernels' lane layout with paired lanes): rows ti + 32f + {0..3},
 // columns tj + {0..3} and tj + 16 + {0..3}. Split-K: gridDim.z splits the stages; partial tiles
 // reduce in a cluster (split 2, sm_90) or through the workspace (tile_epilogue.cuh), in fixed order.
-// In-block k-split KS (session 26, for grids with about one block per SM or fewer): the block has KS
-// groups of 4 warps; group g runs the g-th of KS consecutive parts of the block's stages for the same
-// tile (so an SM holds 4 KS warps of one tile), and groups 1..KS-1 add their tiles into group 0's
-// through shared memory in group order before the epilogue: deterministic, no cluster, no workspace.
 // Tails: rows past m read the zero pad of xT or are zero-filled; compressed rows past the split's
 // end are zero-filled (A and B); columns: n % 32 == 0 (L >= 32), a warp past n skips its main loop.
 #pragma once
@@ -42,15 +38,13 @@
 namespace nmspmm {
 namespace kernels {
 
-template <int TM_, int WB_, int STAGES_, int KS_>
+template <int TM_, int WB_, int STAGES_>
 struct WarpPackedConfig {
-  static constexpr int TM = TM_, WB = WB_, STAGES = STAGES_, KS = KS_;
-  static constexpr int TILE_WARPS = 4;         // warps of one k-part: 32 columns each
-  static constexpr int TILE_THREADS = 32 * TILE_WARPS;
-  static constexpr int WARPS = TILE_WARPS * KS;
+  static constexpr int TM = TM_, WB = WB_, STAGES = STAGES_;
+  static constexpr int WARPS = 4;
   static constexpr int THREADS = 32 * WARPS;
   static constexpr int BM = 8 * TM;            // tile rows (every warp covers all of them)
-  static constexpr int BN = 32 * TILE_WARPS;   // tile columns, 32 per warp
+  static constexpr int BN = 32 * WARPS;        // tile columns, 32 per warp
   static constexpr int A_CPR = BM / 4;         // 16-byte chunks per A_w row
   static constexpr int A_RPI = 32 / A_CPR;     // A_w rows per warp-wide copy
   static constexpr int A_ITERS = WB / A_RPI;   // copies per lane and stage
@@ -59,22 +53,16 @@ struct WarpPackedConfig {
   static constexpr int GROUP = SPG * WB;       // compressed rows per index group (<= 32)
   static constexpr int STAGE_FLOATS = WB * (BM + 32);
   static constexpr int WARP_FLOATS = STAGES * STAGE_FLOATS;
-  // Blocks per SM the register allocation must allow (KS = 1: 254 / 153 / 119 registers).
-  static constexpr int MIN_BLOCKS_KS1 = TM == 16 ? 2 : TM == 8 ? 3 : 4;
-  static constexpr int MIN_BLOCKS = MIN_BLOCKS_KS1 / KS > 1 ? MIN_BLOCKS_KS1 / KS : 1;
+  static constexpr int MIN_BLOCKS = TM == 16 ? 2 : TM == 8 ? 3 : 4;
   static_assert(TM == 4 || TM == 8 || TM == 16, "TM must be 4, 8 or 16");
   static_assert(WB % 4 == 0 && WB >= 4 && WB <= 32, "WB must be a multiple of 4 in [4, 32]");
   static_assert(WB % A_RPI == 0, "A copy mapping");
   static_assert(STAGES >= 2, "at least double buffering");
-  static_assert(KS == 1 || KS == 2 || KS == 4, "in-block k-split of 1, 2 or 4");
-  // Shared memory of a launch: the warps' pipelines, or the epilogue's staged tile, or the in-block
-  // k-split's partial tiles, whichever is largest.
+  // Shared memory of a launch: the warps' pipelines, or the epilogue's staged tile if larger.
   static constexpr size_t smem_bytes() {
     const size_t pipe = static_cast<size_t>(WARPS) * WARP_FLOATS * sizeof(float);
     const size_t tile = static_cast<size_t>(BM) * (BN + 4) * sizeof(float);
-    const size_t parts = static_cast<size_t>(KS - 1) * BM * BN * sizeof(float);
-    const size_t big = pipe > tile ? pipe : tile;
-    return big > parts ? big : parts;
+    return pipe > tile ? pipe : tile;
   }
 };
 
@@ -86,28 +74,22 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) spmm_warp_packed_ke
   float* const smem = reinterpret_cast<float*>(smem_f4);
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  // Warp slot (32 columns) and k-part of the in-block split.
-  const int slot_w = C::KS == 1 ? warp : warp % C::TILE_WARPS;
-  const int part = C::KS == 1 ? 0 : warp / C::TILE_WARPS;
   // Paired lanes: lanes 2i and 2i + 1 share their A address, lanes i and i ^ 2 their B address.
   const int ml = (lane >> 1) & 7, nl = (lane & 1) | ((lane >> 4) << 1);
   const int ti = ml * 4;                 // tile row of the thread's first fragment row
-  const int tj = slot_w * 32 + nl * 4;   // tile column of its first fragment column
+  const int tj = warp * 32 + nl * 4;     // tile column of its first fragment column
 
   const int64_t m0 = static_cast<int64_t>(blockIdx.x) * BM;
   const int64_t n0 = static_cast<int64_t>(blockIdx.y) * C::BN;
   const int64_t n = p.n;
-  const int64_t col0 = n0 + slot_w * 32; // this warp's first column
+  const int64_t col0 = n0 + warp * 32;   // this warp's first column
   const int N = p.N, M = p.M;
 
-  // This warp's stages of WB compressed rows: [c_begin, c_end) of ceil(w / WB), part `part` of the
-  // KS parts of split blockIdx.z (the parts of a block tile its split's range).
+  // This split's stages of WB compressed rows: [c_begin, c_end) of ceil(w / WB).
   const int64_t w = p.k / M * N;
   const int64_t chunks = (w + WB - 1) / WB;
-  const int parts = C::KS == 1 ? p.split_k : p.split_k * C::KS;
-  const unsigned z = C::KS == 1 ? blockIdx.z : blockIdx.z * C::KS + part;
-  const int64_t c_begin = chunks * z / parts;
-  const int64_t c_end = chunks * (z + 1) / parts;
+  const int64_t c_begin = chunks * blockIdx.z / p.split_k;
+  const int64_t c_end = chunks * (blockIdx.z + 1) / p.split_k;
   const int nst = static_cast<int>(c_end - c_begin);
   const int64_t u_begin = c_begin * WB;
   const int64_t u_end = c_end * WB < w ? c_end * WB : w;
@@ -237,40 +219,8 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) spmm_warp_packed_ke
     }
     cp_async_wait<0>();
   }
-  if constexpr (C::KS > 1) {
-    // Parts 1..KS-1 park their tiles in shared memory (slot (part - 1, i, g), thread tid % 128);
-    // part 0 adds them in part order.
-    constexpr int T = C::TILE_THREADS;
-    float4* const parked = smem_f4;
-    __syncthreads();  // every warp is done with its pipeline's shared memory
-    if (part > 0) {
-#pragma unroll
-      for (int i = 0; i < TM; ++i)
-#pragma unroll
-        for (int g = 0; g < 2; ++g)
-          parked[((part - 1) * 2 * TM + 2 * i + g) * T + (tid % T)] =
-              make_float4(acc[i][4 * g], acc[i][4 * g + 1], acc[i][4 * g + 2], acc[i][4 * g + 3]);
-    }
-    __syncthreads();
-    if (part == 0) {
-#pragma unroll 1
-      for (int r = 1; r < C::KS; ++r) {
-#pragma unroll
-        for (int i = 0; i < TM; ++i)
-#pragma unroll
-          for (int g = 0; g < 2; ++g) {
-            const float4 o = parked[((r - 1) * 2 * TM + 2 * i + g) * T + tid];
-            acc[i][4 * g] += o.x;
-            acc[i][4 * g + 1] += o.y;
-            acc[i][4 * g + 2] += o.z;
-            acc[i][4 * g + 3] += o.w;
-          }
-      }
-    }
-  }
   allow_dependent_launch();  // the split-K reduction, if any, may start launching
-  // (The epilogue's first block barrier also orders part 0's reads of `parked` before its writes.)
-  store_output_tile<TM, BM, C::BN, C::TILE_THREADS, C::THREADS>(acc, p, smem_f4, tid, ti, tj, m0, n0);
+  store_output_tile<TM, BM, C::BN, C::THREADS>(acc, p, smem_f4, tid, ti, tj, m0, n0);
 }
 
 template <class C>

@@ -7,9 +7,8 @@ namespace nmspmm {
 namespace kernels {
 
 // TM: thread-tile rows (tile BM = 8 * TM rows x 128 columns, 4 warps); WB: compressed rows per
-// stage; STAGES: cp.async pipeline depth of every warp; KS: in-block k-split (KS groups of 4 warps
-// share one tile, each running 1 / KS of the block's stages).
-template <int TM, int WB, int STAGES, int KS>
+// stage; STAGES: cp.async pipeline depth of every warp.
+template <int TM, int WB, int STAGES>
 struct WarpPackedConfig;
 
 template <class C>
@@ -19,20 +18,12 @@ cudaError_t launch_warp_packed(const SpmmParams& p, cudaStream_t stream);
 // (WB, STAGES) variants (experiments/s23_warp_packed_ab{1,2}.txt): 128x128 with 12 rows x 3 stages
 // (8 x 4, 8 x 5 and 16 x 2 measured 1-3% slower at m >= 1024; 16 x 3 does not fit 2 blocks per SM),
 // 64x128 and 32x128 with 16 x 3 (8 x 4, and 12 x 4 for 64x128, slower on most shapes).
-using WarpPacked128x128 = WarpPackedConfig<16, 12, 3, 1>;
-using WarpPacked64x128 = WarpPackedConfig<8, 16, 3, 1>;
-using WarpPacked32x128 = WarpPackedConfig<4, 16, 3, 1>;
-// In-block k-split (session 26): 64x128 with 2 parts (8 warps, 147 KB, one block per SM), 32x128 with
-// 2 (8 warps, 96 KB, two blocks per SM) and 4 (16 warps, 192 KB, one block per SM).
-using WarpPacked64x128Ks2 = WarpPackedConfig<8, 16, 3, 2>;
-using WarpPacked32x128Ks2 = WarpPackedConfig<4, 16, 3, 2>;
-using WarpPacked32x128Ks4 = WarpPackedConfig<4, 16, 3, 4>;
+using WarpPacked128x128 = WarpPackedConfig<16, 12, 3>;
+using WarpPacked64x128 = WarpPackedConfig<8, 16, 3>;
+using WarpPacked32x128 = WarpPackedConfig<4, 16, 3>;
 extern template cudaError_t launch_warp_packed<WarpPacked128x128>(const SpmmParams&, cudaStream_t);
 extern template cudaError_t launch_warp_packed<WarpPacked64x128>(const SpmmParams&, cudaStream_t);
 extern template cudaError_t launch_warp_packed<WarpPacked32x128>(const SpmmParams&, cudaStream_t);
-extern template cudaError_t launch_warp_packed<WarpPacked64x128Ks2>(const SpmmParams&, cudaStream_t);
-extern template cudaError_t launch_warp_packed<WarpPacked32x128Ks2>(const SpmmParams&, cudaStream_t);
-extern template cudaError_t launch_warp_packed<WarpPacked32x128Ks4>(const SpmmParams&, cudaStream_t);
 
 }  // namespace kernels
 }  // namespace nmspmm

@@ -9,9 +9,6 @@
 //   otherwise 2 x TM 16-byte stores per thread, into y or the split's workspace slice.
 // The caller's shared memory must hold max(BM x BN, BM x (BN + 4)) floats, and every warp must be
 // done with its main loop's shared memory (this function starts with a block barrier).
-// THREADS threads (tid < THREADS) hold the tile; a block of BLOCK_THREADS > THREADS (the warp-packed
-// kernels' in-block k-split, whose first warp group holds the summed tile) runs the same barriers
-// with its other threads idle.
 #pragma once
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
@@ -25,13 +22,11 @@
 namespace nmspmm {
 namespace kernels {
 
-template <int TM, int BM, int BN, int THREADS, int BLOCK_THREADS = THREADS>
+template <int TM, int BM, int BN, int THREADS>
 __device__ __forceinline__ void store_output_tile(const float (&acc)[TM][8], const SpmmParams& p,
                                                   float4* smem_f4, int tid, int ti, int tj, int64_t m0,
                                                   int64_t n0) {
-  static_assert(BLOCK_THREADS >= THREADS && BLOCK_THREADS % 32 == 0, "block threads");
   const int64_t M_ = p.m, N_ = p.n;
-  const bool holds = BLOCK_THREADS == THREADS || tid < THREADS;  // warp-uniform
   if (p.cluster_reduce) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
     __trap();  // the launchers refuse cluster_reduce on devices without clusters; never reached
@@ -42,17 +37,15 @@ __device__ __forceinline__ void store_output_tile(const float (&acc)[TM][8], con
     const int rank = static_cast<int>(blockIdx.z);
     float4* const part = smem_f4;
     __syncthreads();  // every warp is done reading its last stage
-    if (holds) {
 #pragma unroll
-      for (int i = 0; i < TM; ++i)
+    for (int i = 0; i < TM; ++i)
 #pragma unroll
-        for (int g = 0; g < 2; ++g)
-          part[(2 * i + g) * THREADS + tid] =
-              make_float4(acc[i][4 * g], acc[i][4 * g + 1], acc[i][4 * g + 2], acc[i][4 * g + 3]);
-    }
+      for (int g = 0; g < 2; ++g)
+        part[(2 * i + g) * THREADS + tid] =
+            make_float4(acc[i][4 * g], acc[i][4 * g + 1], acc[i][4 * g + 2], acc[i][4 * g + 3]);
     cluster.sync();
 #pragma unroll 1
-    for (int j = rank; holds && j < 2 * TM; j += splits) {
+    for (int j = rank; j < 2 * TM; j += splits) {
       const int i = j / 2, g = j % 2;
       const int64_t row = m0 + ti + 32 * (i / 4) + (i % 4);
       const int64_t col = n0 + tj + 16 * g;
@@ -83,33 +76,30 @@ __device__ __forceinline__ void store_output_tile(const float (&acc)[TM][8], con
     constexpr int CS = BN + 4;
     float* const Cs = reinterpret_cast<float*>(smem_f4);
     __syncthreads();  // every warp is done reading its last stage
-    if (holds) {
 #pragma unroll
-      for (int i = 0; i < TM; ++i) {
-        const int r = ti + 32 * (i / 4) + (i % 4);
+    for (int i = 0; i < TM; ++i) {
+      const int r = ti + 32 * (i / 4) + (i % 4);
 #pragma unroll
-        for (int g = 0; g < 2; ++g) {
-          const int c = tj + 16 * g;
-          float4 v = make_float4(acc[i][4 * g], acc[i][4 * g + 1], acc[i][4 * g + 2], acc[i][4 * g + 3]);
-          if (!split && p.bias != nullptr && n0 + c < N_) {
-            const float4 bb = *reinterpret_cast<const float4*>(p.bias + n0 + c);
-            v.x += bb.x; v.y += bb.y; v.z += bb.z; v.w += bb.w;
-          }
-          *reinterpret_cast<float4*>(Cs + r * CS + c) = v;
+      for (int g = 0; g < 2; ++g) {
+        const int c = tj + 16 * g;
+        float4 v = make_float4(acc[i][4 * g], acc[i][4 * g + 1], acc[i][4 * g + 2], acc[i][4 * g + 3]);
+        if (!split && p.bias != nullptr && n0 + c < N_) {
+          const float4 bb = *reinterpret_cast<const float4*>(p.bias + n0 + c);
+          v.x += bb.x; v.y += bb.y; v.z += bb.z; v.w += bb.w;
         }
+        *reinterpret_cast<float4*>(Cs + r * CS + c) = v;
       }
     }
     bulk_store_fence();
     __syncthreads();
     const int64_t cols = N_ - n0 < BN ? N_ - n0 : BN;
-    for (int r = tid; r < BM; r += BLOCK_THREADS) {
+    for (int r = tid; r < BM; r += THREADS) {
       if (m0 + r < M_) bulk_store_row(out + (m0 + r) * N_ + n0, Cs + r * CS, static_cast<uint32_t>(cols * 4));
     }
     bulk_store_commit_and_wait_read();
     return;
   }
 #endif
-  if (!holds) return;
 #pragma unroll
   for (int i = 0; i < TM; ++i) {
     const int64_t row = m0 + ti + 32 * (i / 4) + (i % 4);

@@ -1,9 +1,0 @@
-// The warp-packed kernel with a 4-row thread tile (32x128 tiles) and an in-block k-split of 2
-// (spmm_warp_packed.h).
-#include "spmm_warp_packed.cuh"
-
-namespace nmspmm {
-namespace kernels {
-template cudaError_t launch_warp_packed<WarpPacked32x128Ks2>(const SpmmParams&, cudaStream_t);
-}  // namespace kernels
-}  // namespace nmspmm
