@@ -69,6 +69,15 @@ bool overlap_enabled() {
   return enabled;
 }
 
+// NMSPMM_XT_OVERLAP (read once): 0 launches the warp-packed kernels in plain stream order after the
+// x transpose, 1 (default) with programmatic dependent launch, 2 also holds grids of at most one
+// block per SM to one block per SM (kernels::SpmmParams::xt_overlap). An A/B switch.
+int xt_overlap_mode() {
+  // Read per call during the session-26 A/B (tools/ab_variants_flushed.py switches it per call).
+  const char* e = std::getenv("NMSPMM_XT_OVERLAP");
+  return e == nullptr ? 1 : (e[0] == '0' ? 0 : e[0] == '2' ? 2 : 1);
+}
+
 // NMSPMM_NO_BULK_STORE=1 (read once) writes the tiled kernels' output tiles with per-thread stores
 // instead of staging them in shared memory for bulk copies: an A/B switch, not a tuning knob.
 bool bulk_store_enabled() {
@@ -218,6 +227,8 @@ at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const a
   p.split_k = plan.split_k;
   p.cluster_reduce = cluster_reduce && !is_cluster_decode_kernel(plan.kernel);
   p.overlap_launches = clusters && overlap_enabled();
+  p.xt_overlap = p.overlap_launches && is_warp_packed_kernel(plan.kernel) ? xt_overlap_mode() : 0;
+  p.num_sms = device.sms;
   // y and the workspace come from the caching allocator (aligned); rows need n % 4 == 0.
   p.bulk_store = clusters && bulk_store_enabled() && out % 4 == 0 && aligned16(p.y) &&
                  (p.workspace == nullptr || aligned16(p.workspace));

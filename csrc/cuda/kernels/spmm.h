@@ -41,6 +41,13 @@ struct SpmmParams {
   // (bulk_store.cuh), instead of 2 x TM dependent 16-byte stores per thread. Needs n % 4 == 0 and
   // 16-byte aligned y / workspace; the binding sets it on compute capability 9.0+.
   bool bulk_store;
+  // sm_90 warp-packed kernels: launched with programmatic dependent launch after the transpose of
+  // x, which lets them start at once (transpose_x_kernel); the kernel fetches its first index group
+  // and the first stages' values, then waits for the transpose before it copies from xT.
+  // 0: off; 1: on; 2: on, and a grid of at most num_sms blocks is held to one block per SM.
+  // The binding sets it on compute capability 9.0+ (NMSPMM_XT_OVERLAP, session 26 A/B).
+  int xt_overlap;
+  int num_sms;               // SMs of the device (xt_overlap 2)
 };
 
 // Row length of the k-major copy of x that the tiled and packed kernels read.

@@ -204,6 +204,9 @@ constexpr int kTransposeRows = 8;
 __global__ void __launch_bounds__(kTransposeTile* kTransposeRows)
     transpose_x_kernel(const float* __restrict__ x, int64_t ldx, int64_t m, int64_t k,
                        float* __restrict__ xt, int64_t ldt) {
+  // A warp-packed kernel launched after this one with programmatic dependent launch may start now:
+  // it reads nothing this kernel writes before its griddepcontrol.wait.
+  allow_dependent_launch();
   __shared__ float tile[kTransposeTile][kTransposeTile + 1];
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int64_t i0 = static_cast<int64_t>(blockIdx.x) * kTransposeTile;

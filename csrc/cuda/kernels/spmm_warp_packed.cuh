@@ -140,15 +140,15 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) spmm_warp_packed_ke
     const float* b_src = p.values + (u_begin + b_r) * n + col0 + 4 * b_c;
     int b_rel = b_r;  // row (from u_begin) of the lane's first B copy of the next stage
 
-    // Issues the copies of stage st (in order: st = 0, 1, 2, ...) into its buffer.
-    auto issue_stage = [&](int st) {
+    // The copies of stage st into its buffer: A (rows of xT) and B (values), each called in stage
+    // order st = 0, 1, 2, ... (issue_stage: both).
+    auto issue_a = [&](int st) {
       const int slot = st % C::SPG;
       if (slot == 0) {
         krow = pend_raw < 0 ? -1 : pend_base + pend_raw;
         fetch_group();
       }
       float* const As = wsm + (st % STAGES) * C::STAGE_FLOATS;
-      float* const Bs = As + WB * BM;
 #pragma unroll
       for (int i = 0; i < C::A_ITERS; ++i) {
         const int r = a_r + i * C::A_RPI;
@@ -156,6 +156,9 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) spmm_warp_packed_ke
         const uint32_t row = kr < 0 ? 0u : static_cast<uint32_t>(kr);
         cp_async_16(As + r * BM + 4 * a_c, a_src + static_cast<uint64_t>(row) * row_bytes, a_ok && kr >= 0);
       }
+    };
+    auto issue_b = [&](int st) {
+      float* const Bs = wsm + (st % STAGES) * C::STAGE_FLOATS + WB * BM;
 #pragma unroll
       for (int i = 0; i < C::B_ITERS; ++i) {
         const bool ok = b_rel + 4 * i < rows;
@@ -163,6 +166,10 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) spmm_warp_packed_ke
       }
       b_src += WB * n;
       b_rel += WB;
+    };
+    auto issue_stage = [&](int st) {
+      issue_a(st);
+      issue_b(st);
     };
 
     struct Frag {
@@ -187,11 +194,18 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) spmm_warp_packed_ke
         for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(f.a[i], f.b[j], acc[i][j]);
     };
 
-    // Prologue: the first STAGES - 1 stages in flight.
+    // Prologue: the first STAGES - 1 stages in flight. What the x transpose does not write comes
+    // first (the first index group, the first stages' values), then the wait for it (a no-op unless
+    // launched with p.xt_overlap during the transpose), then the copies from xT; stage 0's commit
+    // group holds the B copies of every prologue stage.
     fetch_group();
 #pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s)
+      if (s < nst) issue_b(s);
+    grid_dependency_wait();
+#pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
-      if (s < nst) issue_stage(s);
+      if (s < nst) issue_a(s);
       cp_async_commit();
     }
     // Iteration it computes stage it and, after its first row, issues stage it + STAGES - 1 into
@@ -223,11 +237,15 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) spmm_warp_packed_ke
   store_output_tile<TM, BM, C::BN, C::THREADS>(acc, p, smem_f4, tid, ti, tj, m0, n0);
 }
 
+// Dynamic shared memory of a launch padded to this many bytes holds an SM to one block (of 228 KB).
+constexpr size_t kOneBlockPerSmSmem = 120 * 1024;
+
 template <class C>
 cudaError_t launch_warp_packed(const SpmmParams& p, cudaStream_t stream) {
   static bool configured[kMaxDevices] = {};
-  constexpr size_t smem = C::smem_bytes();
-  const cudaError_t err = set_smem_limit_once(configured, spmm_warp_packed_kernel<C>, static_cast<int>(smem));
+  constexpr size_t smem_need = C::smem_bytes();
+  constexpr size_t smem_max = smem_need > kOneBlockPerSmSmem ? smem_need : kOneBlockPerSmSmem;
+  const cudaError_t err = set_smem_limit_once(configured, spmm_warp_packed_kernel<C>, static_cast<int>(smem_max));
   if (err != cudaSuccess) return err;
   // A warp's columns must share one vector (L >= 32, n % 32 == 0); row numbers of xT fit an int.
   // Byte offsets of xT rows are 32-bit multiplies: ldxt * 4 < 2^32.
@@ -240,11 +258,19 @@ cudaError_t launch_warp_packed(const SpmmParams& p, cudaStream_t stream) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>(mt), static_cast<unsigned>(ntl), static_cast<unsigned>(p.split_k));
   cfg.blockDim = dim3(C::THREADS, 1, 1);
-  cfg.dynamicSmemBytes = smem;
+  // xt_overlap 2: a grid of at most one block per SM is held to one block per SM (launched during
+  // the transpose, blocks could otherwise stack on the SMs that have room first).
+  const bool one_per_sm = p.xt_overlap == 2 && mt * ntl * p.split_k <= p.num_sms;
+  cfg.dynamicSmemBytes = one_per_sm ? smem_max : smem_need;
   cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
+  cudaLaunchAttribute attr[2];
   const cudaError_t attr_err = tile_cluster_attribute(p, C::TM, attr, &cfg.numAttrs);
   if (attr_err != cudaSuccess) return attr_err;
+  if (p.xt_overlap) {
+    attr[cfg.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[cfg.numAttrs].val.programmaticStreamSerializationAllowed = 1;
+    ++cfg.numAttrs;
+  }
   cfg.attrs = attr;
   return cudaLaunchKernelEx(&cfg, spmm_warp_packed_kernel<C>, p);
 }
