@@ -28,6 +28,8 @@ struct DeviceFacts {
   int sms = 132;
   bool clusters = false;
   int decode_max_cluster = 8;
+  int smem_per_sm = 0;           // bytes of shared memory per SM
+  int smem_reserved_per_block = 0;
 };
 
 const DeviceFacts& device_facts(int device) {
@@ -43,6 +45,8 @@ const DeviceFacts& device_facts(int device) {
     int major = 0;
     C10_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
     f.clusters = major >= 9;
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&f.smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&f.smem_reserved_per_block, cudaDevAttrReservedSharedMemoryPerBlock, device));
     if (f.clusters) C10_CUDA_CHECK(kernels::decode_cluster_max_size(&f.decode_max_cluster));
     facts[device] = f;
   });
@@ -69,13 +73,12 @@ bool overlap_enabled() {
   return enabled;
 }
 
-// NMSPMM_XT_OVERLAP (read once): 0 launches the warp-packed kernels in plain stream order after the
-// x transpose, 1 (default) with programmatic dependent launch, 2 also holds grids of at most one
-// block per SM to one block per SM (kernels::SpmmParams::xt_overlap). An A/B switch.
-int xt_overlap_mode() {
+// NMSPMM_XT_OVERLAP=0 launches the warp-packed kernels in plain stream order after the x transpose
+// instead of with programmatic dependent launch (kernels::SpmmParams::xt_overlap). An A/B switch.
+bool xt_overlap_enabled() {
   // Read per call during the session-26 A/B (tools/ab_variants_flushed.py switches it per call).
   const char* e = std::getenv("NMSPMM_XT_OVERLAP");
-  return e == nullptr ? 1 : (e[0] == '0' ? 0 : e[0] == '2' ? 2 : 1);
+  return e == nullptr || e[0] != '0';
 }
 
 // NMSPMM_NO_BULK_STORE=1 (read once) writes the tiled kernels' output tiles with per-thread stores
@@ -227,8 +230,11 @@ at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const a
   p.split_k = plan.split_k;
   p.cluster_reduce = cluster_reduce && !is_cluster_decode_kernel(plan.kernel);
   p.overlap_launches = clusters && overlap_enabled();
-  p.xt_overlap = p.overlap_launches && is_warp_packed_kernel(plan.kernel) ? xt_overlap_mode() : 0;
+  p.xt_overlap = p.overlap_launches && is_warp_packed_kernel(plan.kernel) && device.smem_per_sm > 0 &&
+                 xt_overlap_enabled();
   p.num_sms = device.sms;
+  p.sm_smem_bytes = device.smem_per_sm;
+  p.block_smem_reserve = device.smem_reserved_per_block;
   // y and the workspace come from the caching allocator (aligned); rows need n % 4 == 0.
   p.bulk_store = clusters && bulk_store_enabled() && out % 4 == 0 && aligned16(p.y) &&
                  (p.workspace == nullptr || aligned16(p.workspace));

@@ -44,10 +44,13 @@ struct SpmmParams {
   // sm_90 warp-packed kernels: launched with programmatic dependent launch after the transpose of
   // x, which lets them start at once (transpose_x_kernel); the kernel fetches its first index group
   // and the first stages' values, then waits for the transpose before it copies from xT.
-  // 0: off; 1: on; 2: on, and a grid of at most num_sms blocks is held to one block per SM.
-  // The binding sets it on compute capability 9.0+ (NMSPMM_XT_OVERLAP, session 26 A/B).
-  int xt_overlap;
-  int num_sms;               // SMs of the device (xt_overlap 2)
+  // Launched early, blocks could stack on the SMs that have room first, so the launch pads its
+  // shared memory to hold every SM to the ceil(blocks / SMs) blocks an even spread gives it.
+  // The binding sets it on compute capability 9.0+ (NMSPMM_XT_OVERLAP=0 turns it off, A/B only).
+  bool xt_overlap;
+  int num_sms;               // the device's SMs, shared memory per SM and reserved per block
+  int sm_smem_bytes;         // (xt_overlap's padding)
+  int block_smem_reserve;
 };
 
 // Row length of the k-major copy of x that the tiled and packed kernels read.

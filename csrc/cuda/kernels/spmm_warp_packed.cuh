@@ -237,14 +237,18 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) spmm_warp_packed_ke
   store_output_tile<TM, BM, C::BN, C::THREADS>(acc, p, smem_f4, tid, ti, tj, m0, n0);
 }
 
-// Dynamic shared memory of a launch padded to this many bytes holds an SM to one block (of 228 KB).
-constexpr size_t kOneBlockPerSmSmem = 120 * 1024;
+// Dynamic shared memory that holds an SM to `blocks` blocks: just over what blocks + 1 would fit in.
+inline size_t smem_for_blocks_per_sm(const SpmmParams& p, int64_t blocks) {
+  return static_cast<size_t>(p.sm_smem_bytes / (blocks + 1) - p.block_smem_reserve + 16);
+}
 
 template <class C>
 cudaError_t launch_warp_packed(const SpmmParams& p, cudaStream_t stream) {
   static bool configured[kMaxDevices] = {};
   constexpr size_t smem_need = C::smem_bytes();
-  constexpr size_t smem_max = smem_need > kOneBlockPerSmSmem ? smem_need : kOneBlockPerSmSmem;
+  // The limit allows the padding to one block per SM (xt_overlap).
+  const size_t one_per_sm = p.xt_overlap ? smem_for_blocks_per_sm(p, 1) : 0;
+  const size_t smem_max = smem_need > one_per_sm ? smem_need : one_per_sm;
   const cudaError_t err = set_smem_limit_once(configured, spmm_warp_packed_kernel<C>, static_cast<int>(smem_max));
   if (err != cudaSuccess) return err;
   // A warp's columns must share one vector (L >= 32, n % 32 == 0); row numbers of xT fit an int.
@@ -258,10 +262,19 @@ cudaError_t launch_warp_packed(const SpmmParams& p, cudaStream_t stream) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>(mt), static_cast<unsigned>(ntl), static_cast<unsigned>(p.split_k));
   cfg.blockDim = dim3(C::THREADS, 1, 1);
-  // xt_overlap 2: a grid of at most one block per SM is held to one block per SM (launched during
-  // the transpose, blocks could otherwise stack on the SMs that have room first).
-  const bool one_per_sm = p.xt_overlap == 2 && mt * ntl * p.split_k <= p.num_sms;
-  cfg.dynamicSmemBytes = one_per_sm ? smem_max : smem_need;
+  // Launched during the transpose (xt_overlap), a grid that would leave room on its SMs is held to
+  // B = ceil(blocks / SMs) blocks per SM (the busiest SM's share of an even spread): padded shared
+  // memory lets no SM take B + 1. Without it, blocks stacked on the SMs that had room first (an H100
+  // A/B: sub-wave grids ran up to 2x slower; experiments/s26_xt_overlap_ab.txt).
+  size_t smem = smem_need;
+  if (p.xt_overlap && p.num_sms > 0) {
+    const int64_t per_sm = (mt * ntl * p.split_k + p.num_sms - 1) / p.num_sms;
+    if (per_sm < C::MIN_BLOCKS) {
+      const size_t pad = smem_for_blocks_per_sm(p, per_sm);
+      if (pad > smem) smem = pad;
+    }
+  }
+  cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
   cudaLaunchAttribute attr[2];
   const cudaError_t attr_err = tile_cluster_attribute(p, C::TM, attr, &cfg.numAttrs);
