@@ -246,8 +246,8 @@ template <class C>
 cudaError_t launch_warp_packed(const SpmmParams& p, cudaStream_t stream) {
   static bool configured[kMaxDevices] = {};
   constexpr size_t smem_need = C::smem_bytes();
-  // The limit allows the padding to one block per SM (xt_overlap).
-  const size_t one_per_sm = p.xt_overlap ? smem_for_blocks_per_sm(p, 1) : 0;
+  // The limit (set once per device) allows the padding to one block per SM (xt_overlap below).
+  const size_t one_per_sm = p.sm_smem_bytes > 0 ? smem_for_blocks_per_sm(p, 1) : 0;
   const size_t smem_max = smem_need > one_per_sm ? smem_need : one_per_sm;
   const cudaError_t err = set_smem_limit_once(configured, spmm_warp_packed_kernel<C>, static_cast<int>(smem_max));
   if (err != cudaSuccess) return err;
