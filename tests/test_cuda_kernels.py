@@ -449,6 +449,39 @@ def test_overlapped_launches_bitwise_equal_plain_stream_order(tmp_path):
         assert_switch_keeps_bits(tmp_path, i, w, x, plans, "overlapped and plain launches", NMSPMM_NO_OVERLAP="1")
 
 
+def test_warp_packed_during_transpose_bitwise_equals_plain_stream_order(tmp_path):
+    # On sm_90 the warp-packed kernels launch while the x transpose before them runs (programmatic
+    # dependent launch), fetch their first index group and values, and wait for the transpose before
+    # they copy from xT; grids that leave room on their SMs get padded shared memory. The bits must
+    # be those of plain stream order (NMSPMM_XT_OVERLAP=0): sub-wave grids of every tile (m = 40),
+    # several blocks per SM (300) and several rounds (1000), splits through the cluster and the workspace.
+    if not cluster_split():
+        pytest.skip("no programmatic dependent launch on this device")
+    w = large_weight(2048, 1024, 4, 32)
+    plans = [(k, s) for k in WARP_PACKED for s in (1, 2, 4)]
+    for m in (40, 300, 1000):
+        x = torch.randn(m, w.k, device=DEV)
+        x.mul_(2.0)  # x comes from a kernel launched just before the op
+        assert_switch_keeps_bits(tmp_path, m, w, x, plans, "overlapped and plain launches", NMSPMM_XT_OVERLAP="0")
+
+
+def test_warp_packed_chain_reads_previous_output():
+    # One call's output is the next call's x: the next call's transpose (plain stream order) waits
+    # for the previous SpMM, and its warp-packed kernel (launched during that transpose) for it.
+    if not cluster_split():
+        pytest.skip("no programmatic dependent launch on this device")
+    w = large_weight(1024, 1024, 8, 32)
+    values, indices, N, M, L, _ = w.args()
+    for k in WARP_PACKED:
+        x = torch.randn(256, 1024, device=DEV)
+        ys = [x]
+        for _ in range(4):
+            ys.append(ops.spmm_with_plan(ys[-1], values, indices, N, M, L, None, None, None, k, 1))
+        for a, b in zip(ys[:-1], ys[1:]):
+            ref, scale = w.reference(a, None)
+            check(b, ref, scale)
+
+
 def test_bulk_store_bitwise_equals_thread_stores(tmp_path):
     # On sm_90 the tiled kernels stage their output (or split-K partial) tile in shared memory and
     # write it with bulk copies, one per tile row; the bits must be those of the per-thread stores

@@ -73,12 +73,15 @@ bool overlap_enabled() {
   return enabled;
 }
 
-// NMSPMM_XT_OVERLAP=0 launches the warp-packed kernels in plain stream order after the x transpose
-// instead of with programmatic dependent launch (kernels::SpmmParams::xt_overlap). An A/B switch.
+// NMSPMM_XT_OVERLAP=0 (read once; session 26's A/B read it per call) launches the warp-packed
+// kernels in plain stream order after the x transpose instead of with programmatic dependent launch
+// (kernels::SpmmParams::xt_overlap). An A/B switch, not a tuning knob.
 bool xt_overlap_enabled() {
-  // Read per call during the session-26 A/B (tools/ab_variants_flushed.py switches it per call).
-  const char* e = std::getenv("NMSPMM_XT_OVERLAP");
-  return e == nullptr || e[0] != '0';
+  static const bool enabled = [] {
+    const char* e = std::getenv("NMSPMM_XT_OVERLAP");
+    return e == nullptr || e[0] != '0';
+  }();
+  return enabled;
 }
 
 // NMSPMM_NO_BULK_STORE=1 (read once) writes the tiled kernels' output tiles with per-thread stores

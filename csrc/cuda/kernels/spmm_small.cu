@@ -224,66 +224,8 @@ __global__ void __launch_bounds__(kTransposeTile* kTransposeRows)
   }
 }
 
-// The same copy with 16-byte accesses on both sides, for x rows that are 16-byte aligned (x and ldx
-// multiples of 16 bytes, k % 4 == 0): a block of 128 threads moves a 32 (m) x 64 (k) tile; each
-// thread loads 4 float4 along k (rows ty, ty + 8, ty + 16, ty + 24) and stores 4 float4 along m.
-// The tile's rows are 65 floats apart, so the column reads of the store side are conflict-free.
-constexpr int kTransposeVecRows = 32;   // m per tile
-constexpr int kTransposeVecCols = 64;   // k per tile
-constexpr int kTransposeVecThreads = 128;
-__global__ void __launch_bounds__(kTransposeVecThreads)
-    transpose_x_vec_kernel(const float* __restrict__ x, int64_t ldx, int64_t m, int64_t k,
-                           float* __restrict__ xt, int64_t ldt) {
-  allow_dependent_launch();  // as transpose_x_kernel
-  __shared__ float tile[kTransposeVecRows][kTransposeVecCols + 1];
-  const int t = threadIdx.x;
-  const int64_t i0 = static_cast<int64_t>(blockIdx.x) * kTransposeVecRows;
-  const int64_t c0 = static_cast<int64_t>(blockIdx.y) * kTransposeVecCols;
-  // Load side: chunk q (4 floats along k) of tile rows r0 + 8j.
-  const int q = t % 16, r0 = t / 16;
-  float4 v[4];
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const int64_t i = i0 + r0 + 8 * j, c = c0 + 4 * q;
-    v[j] = (i < m && c < k) ? __ldg(reinterpret_cast<const float4*>(x + i * ldx + c)) : make_float4(0.f, 0.f, 0.f, 0.f);
-  }
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    float* const row = &tile[r0 + 8 * j][4 * q];
-    row[0] = v[j].x; row[1] = v[j].y; row[2] = v[j].z; row[3] = v[j].w;
-  }
-  __syncthreads();
-  // Store side: tile rows 4g .. 4g + 3 (one float4 of xt) at tile column cc + 16j.
-  const int g = t % 8, cc = t / 8;
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const int col = cc + 16 * j;
-    const int64_t c = c0 + col, i = i0 + 4 * g;
-    if (c < k && i < ldt)
-      *reinterpret_cast<float4*>(xt + c * ldt + i) =
-          make_float4(tile[4 * g][col], tile[4 * g + 1][col], tile[4 * g + 2][col], tile[4 * g + 3][col]);
-  }
-}
-
-// NMSPMM_XT_TRANSPOSE=0 takes the 4-byte transpose everywhere (A/B only; read per call in session
-// 26's A/B).
-static bool vector_transpose_enabled() {
-  const char* e = std::getenv("NMSPMM_XT_TRANSPOSE");
-  return e == nullptr || e[0] != '0';
-}
-
 cudaError_t launch_transpose_x(const SpmmParams& p, cudaStream_t stream) {
   if (p.xt == nullptr || p.ldxt < p.m || p.ldxt % 4 != 0) return cudaErrorInvalidValue;
-  const bool vec = reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && p.ldx % 4 == 0 && p.k % 4 == 0 &&
-                   reinterpret_cast<uintptr_t>(p.xt) % 16 == 0;
-  if (vec && vector_transpose_enabled()) {
-    const int64_t bx = (p.ldxt + kTransposeVecRows - 1) / kTransposeVecRows;
-    const int64_t by = (p.k + kTransposeVecCols - 1) / kTransposeVecCols;
-    if (bx > 0x7fffffff || by > 65535) return cudaErrorInvalidConfiguration;
-    transpose_x_vec_kernel<<<dim3(static_cast<unsigned>(bx), static_cast<unsigned>(by)), kTransposeVecThreads, 0,
-                             stream>>>(p.x, p.ldx, p.m, p.k, p.xt, p.ldxt);
-    return cudaGetLastError();
-  }
   const int64_t bx = (p.ldxt + kTransposeTile - 1) / kTransposeTile;
   const int64_t by = (p.k + kTransposeTile - 1) / kTransposeTile;
   if (bx > 0x7fffffff || by > 65535) return cudaErrorInvalidConfiguration;
