@@ -28,8 +28,6 @@ struct DeviceFacts {
   int sms = 132;
   bool clusters = false;
   int decode_max_cluster = 8;
-  int smem_per_sm = 0;           // bytes of shared memory per SM
-  int smem_reserved_per_block = 0;
 };
 
 const DeviceFacts& device_facts(int device) {
@@ -45,8 +43,6 @@ const DeviceFacts& device_facts(int device) {
     int major = 0;
     C10_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
     f.clusters = major >= 9;
-    C10_CUDA_CHECK(cudaDeviceGetAttribute(&f.smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
-    C10_CUDA_CHECK(cudaDeviceGetAttribute(&f.smem_reserved_per_block, cudaDevAttrReservedSharedMemoryPerBlock, device));
     if (f.clusters) C10_CUDA_CHECK(kernels::decode_cluster_max_size(&f.decode_max_cluster));
     facts[device] = f;
   });
@@ -75,7 +71,7 @@ bool overlap_enabled() {
 
 // NMSPMM_XT_OVERLAP=0 (read once; session 26's A/B read it per call) launches the warp-packed
 // kernels in plain stream order after the x transpose instead of with programmatic dependent launch
-// (kernels::SpmmParams::xt_overlap). An A/B switch, not a tuning knob.
+// (kernels::SpmmParams::dependent_launch). An A/B switch, not a tuning knob.
 bool xt_overlap_enabled() {
   static const bool enabled = [] {
     const char* e = std::getenv("NMSPMM_XT_OVERLAP");
@@ -233,11 +229,6 @@ at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const a
   p.split_k = plan.split_k;
   p.cluster_reduce = cluster_reduce && !is_cluster_decode_kernel(plan.kernel);
   p.overlap_launches = clusters && overlap_enabled();
-  p.xt_overlap = p.overlap_launches && is_warp_packed_kernel(plan.kernel) && device.smem_per_sm > 0 &&
-                 xt_overlap_enabled();
-  p.num_sms = device.sms;
-  p.sm_smem_bytes = device.smem_per_sm;
-  p.block_smem_reserve = device.smem_reserved_per_block;
   // y and the workspace come from the caching allocator (aligned); rows need n % 4 == 0.
   p.bulk_store = clusters && bulk_store_enabled() && out % 4 == 0 && aligned16(p.y) &&
                  (p.workspace == nullptr || aligned16(p.workspace));
@@ -250,6 +241,9 @@ at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const a
     const bool weight_safe = weight_hazards().check_and_record(x.get_device(), stream, reads, writes);
     p.dependent_launch = weight_safe && decode_plan_overlaps_launch(plan, in, N, M);
   }
+  // The warp-packed kernels start during the x transpose launched just before them in plain stream
+  // order (so after everything before the call): no weight hazard.
+  if (is_warp_packed_kernel(plan.kernel)) p.dependent_launch = p.overlap_launches && xt_overlap_enabled();
   const cudaError_t err = kernels::launch_spmm(p, plan.kernel, stream);
   TORCH_CHECK(err == cudaSuccess, "nmspmm.spmm: kernel ", plan.kernel, " (split_k=", plan.split_k,
               ") failed for m=", m, " n=", out, " k=", in, ": ", cudaGetErrorString(err));

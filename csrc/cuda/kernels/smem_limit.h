@@ -32,6 +32,28 @@ inline cudaError_t set_smem_limit_once(bool (&configured)[kMaxDevices], Kernel k
   return set_attribute_once(configured, kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
 }
 
+// The current device's SM count, shared memory per SM and shared memory reserved per block, queried
+// once per device (all 0 where a query failed).
+struct SmFacts {
+  int sms, smem_per_sm, smem_reserved;
+};
+inline SmFacts current_sm_facts() {
+  static SmFacts facts[kMaxDevices] = {};
+  static bool queried[kMaxDevices] = {};
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) return {0, 0, 0};
+  if (!queried[dev]) {
+    SmFacts f{0, 0, 0};
+    if (cudaDeviceGetAttribute(&f.sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&f.smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&f.smem_reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev) != cudaSuccess)
+      f = {0, 0, 0};
+    facts[dev] = f;
+    queried[dev] = true;
+  }
+  return facts[dev];
+}
+
 // Allow clusters of more than 8 blocks (non-portable; up to 16 on H100 / H200).
 template <class Kernel>
 inline cudaError_t allow_large_clusters_once(bool (&configured)[kMaxDevices], Kernel kernel) {

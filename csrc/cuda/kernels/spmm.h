@@ -35,22 +35,19 @@ struct SpmmParams {
   // it in the stream still runs; it reads only `values` and `indices` before grid_dependency_wait()
   // and x, bias and y after it. The binding sets it only when the kernel before it cannot have
   // written `values` or `indices` (spmm_ops.cpp, WeightHazardTable).
+  // sm_90 warp-packed kernels (session 26): launched with programmatic dependent launch during the x
+  // transpose before them, which lets them start at once (transpose_x_kernel); they fetch their
+  // first index group and values, then wait for the transpose before copying from xT. The launch
+  // pads shared memory so that no SM takes more than ceil(blocks / SMs) blocks (launch_warp_packed).
+  // The binding sets it on compute capability 9.0+ (NMSPMM_XT_OVERLAP=0 turns it off, A/B only).
+  // (Adding fields to this struct changed the decode kernels' code and cost them up to 40% at
+  // some m = 1 plans on H100: experiments/s26_decode_ab.txt; keep its layout.)
   bool dependent_launch;
   // sm_90 tiled and packing kernels without cluster_reduce: the output tile (or split-K partial
   // tile) is staged in shared memory and written with bulk asynchronous copies, one per tile row
   // (bulk_store.cuh), instead of 2 x TM dependent 16-byte stores per thread. Needs n % 4 == 0 and
   // 16-byte aligned y / workspace; the binding sets it on compute capability 9.0+.
   bool bulk_store;
-  // sm_90 warp-packed kernels: launched with programmatic dependent launch after the transpose of
-  // x, which lets them start at once (transpose_x_kernel); the kernel fetches its first index group
-  // and the first stages' values, then waits for the transpose before it copies from xT.
-  // Launched early, blocks could stack on the SMs that have room first, so the launch pads its
-  // shared memory to hold every SM to the ceil(blocks / SMs) blocks an even spread gives it.
-  // The binding sets it on compute capability 9.0+ (NMSPMM_XT_OVERLAP=0 turns it off, A/B only).
-  bool xt_overlap;
-  int num_sms;               // the device's SMs, shared memory per SM and reserved per block
-  int sm_smem_bytes;         // (xt_overlap's padding)
-  int block_smem_reserve;
 };
 
 // Row length of the k-major copy of x that the tiled and packed kernels read.

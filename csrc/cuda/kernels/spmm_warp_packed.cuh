@@ -196,7 +196,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) spmm_warp_packed_ke
 
     // Prologue: the first STAGES - 1 stages in flight. What the x transpose does not write comes
     // first (the first index group, the first stages' values), then the wait for it (a no-op unless
-    // launched with p.xt_overlap during the transpose), then the copies from xT; stage 0's commit
+    // launched with p.dependent_launch during the transpose), then the copies from xT; stage 0's commit
     // group holds the B copies of every prologue stage.
     fetch_group();
 #pragma unroll
@@ -238,16 +238,17 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) spmm_warp_packed_ke
 }
 
 // Dynamic shared memory that holds an SM to `blocks` blocks: just over what blocks + 1 would fit in.
-inline size_t smem_for_blocks_per_sm(const SpmmParams& p, int64_t blocks) {
-  return static_cast<size_t>(p.sm_smem_bytes / (blocks + 1) - p.block_smem_reserve + 16);
+inline size_t smem_for_blocks_per_sm(const SmFacts& f, int64_t blocks) {
+  return static_cast<size_t>(f.smem_per_sm / (blocks + 1) - f.smem_reserved + 16);
 }
 
 template <class C>
 cudaError_t launch_warp_packed(const SpmmParams& p, cudaStream_t stream) {
   static bool configured[kMaxDevices] = {};
   constexpr size_t smem_need = C::smem_bytes();
-  // The limit (set once per device) allows the padding to one block per SM (xt_overlap below).
-  const size_t one_per_sm = p.sm_smem_bytes > 0 ? smem_for_blocks_per_sm(p, 1) : 0;
+  // The limit (set once per device) allows the padding to one block per SM (dependent launch below).
+  const SmFacts sm = current_sm_facts();
+  const size_t one_per_sm = sm.smem_per_sm > 0 ? smem_for_blocks_per_sm(sm, 1) : 0;
   const size_t smem_max = smem_need > one_per_sm ? smem_need : one_per_sm;
   const cudaError_t err = set_smem_limit_once(configured, spmm_warp_packed_kernel<C>, static_cast<int>(smem_max));
   if (err != cudaSuccess) return err;
@@ -262,15 +263,15 @@ cudaError_t launch_warp_packed(const SpmmParams& p, cudaStream_t stream) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>(mt), static_cast<unsigned>(ntl), static_cast<unsigned>(p.split_k));
   cfg.blockDim = dim3(C::THREADS, 1, 1);
-  // Launched during the transpose (xt_overlap), a grid that would leave room on its SMs is held to
+  // Launched during the transpose (p.dependent_launch), a grid that would leave room on its SMs is held to
   // B = ceil(blocks / SMs) blocks per SM (the busiest SM's share of an even spread): padded shared
   // memory lets no SM take B + 1. Without it, blocks stacked on the SMs that had room first (an H100
   // A/B: sub-wave grids ran up to 2x slower; experiments/s26_xt_overlap_ab.txt).
   size_t smem = smem_need;
-  if (p.xt_overlap && p.num_sms > 0) {
-    const int64_t per_sm = (mt * ntl * p.split_k + p.num_sms - 1) / p.num_sms;
+  if (p.dependent_launch && sm.sms > 0 && sm.smem_per_sm > 0) {
+    const int64_t per_sm = (mt * ntl * p.split_k + sm.sms - 1) / sm.sms;
     if (per_sm < C::MIN_BLOCKS) {
-      const size_t pad = smem_for_blocks_per_sm(p, per_sm);
+      const size_t pad = smem_for_blocks_per_sm(sm, per_sm);
       if (pad > smem) smem = pad;
     }
   }
@@ -279,7 +280,7 @@ cudaError_t launch_warp_packed(const SpmmParams& p, cudaStream_t stream) {
   cudaLaunchAttribute attr[2];
   const cudaError_t attr_err = tile_cluster_attribute(p, C::TM, attr, &cfg.numAttrs);
   if (attr_err != cudaSuccess) return attr_err;
-  if (p.xt_overlap) {
+  if (p.dependent_launch) {
     attr[cfg.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[cfg.numAttrs].val.programmaticStreamSerializationAllowed = 1;
     ++cfg.numAttrs;
