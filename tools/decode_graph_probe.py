@@ -6,38 +6,17 @@ shapes; prints one line per (shape, pattern). For A/B runs of two builds on one 
 """
 import argparse
 import math
-import statistics
+import os
+import sys
 
 import torch
 
 import nmspmm
 
+sys.path.insert(0, os.path.dirname(__file__))
+from decode_sweep import graph_us  # noqa: E402
+
 ops = torch.ops.nmspmm
-
-
-def graph_us(fns, calls, replays=15):
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for f in fns[:3]:
-            f()
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for i in range(calls):
-            fns[i % len(fns)]()
-    g.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(replays):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        g.replay()
-        e.record()
-        torch.cuda.synchronize()
-        times.append(s.elapsed_time(e) * 1e3 / calls)
-    return statistics.median(times)
 
 
 def main():
@@ -62,7 +41,7 @@ def main():
             fns = [lambda v=v, i=i: ops.spmm(x, v, i, N, 32, 32) for v, i in zip(vals, idxs)]
             plan = tuple(ops.spmm_heuristic(a.m, n, k, N, 32, 32, False, sms))
             calls = copies * max(1, 400 // copies)
-            us = graph_us(fns, calls)
+            us = graph_us([fns[i % copies] for i in range(calls)], reps=15)
             print(f"{a.tag} m={a.m} {n}x{k} {N}:32 plan {plan[0]}/{plan[1]} graph {us:.2f} us", flush=True)
             del vals, idxs, fns
 
