@@ -73,11 +73,9 @@ bool overlap_enabled() {
 // kernels in plain stream order after the x transpose instead of with programmatic dependent launch
 // (kernels::SpmmParams::dependent_launch). An A/B switch, not a tuning knob.
 bool xt_overlap_enabled() {
-  static const bool enabled = [] {
-    const char* e = std::getenv("NMSPMM_XT_OVERLAP");
-    return e == nullptr || e[0] != '0';
-  }();
-  return enabled;
+  // Read per call for the A/B (tools/ab_variants_flushed.py switches it per call); read once after.
+  const char* e = std::getenv("NMSPMM_XT_OVERLAP");
+  return e == nullptr || e[0] != '0';
 }
 
 // NMSPMM_NO_BULK_STORE=1 (read once) writes the tiled kernels' output tiles with per-thread stores
@@ -243,7 +241,8 @@ at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const a
   }
   // The warp-packed kernels start during the x transpose launched just before them in plain stream
   // order (so after everything before the call): no weight hazard.
-  if (is_warp_packed_kernel(plan.kernel)) p.dependent_launch = p.overlap_launches && xt_overlap_enabled();
+  if (is_warp_packed_kernel(plan.kernel) || is_tiled_kernel(plan.kernel) || is_packed_kernel(plan.kernel))
+    p.dependent_launch = p.overlap_launches && xt_overlap_enabled();
   const cudaError_t err = kernels::launch_spmm(p, plan.kernel, stream);
   TORCH_CHECK(err == cudaSuccess, "nmspmm.spmm: kernel ", plan.kernel, " (split_k=", plan.split_k,
               ") failed for m=", m, " n=", out, " k=", in, ": ", cudaGetErrorString(err));

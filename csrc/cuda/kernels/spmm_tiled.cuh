@@ -454,15 +454,35 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
   };
 
   // Prologue: the first STAGES-1 stages (and, INDEX_AHEAD 2, the index bytes of stage STAGES-1).
+  // What the x transpose does not write comes first (values, index bytes and gather offsets,
+  // col_info), then the wait for it (a no-op unless launched with p.dependent_launch during the
+  // transpose), then the copies from xT; stage 0's commit group holds every prologue stage's B.
   fetch_cols(0);
+  uint32_t prologue_cols[C::STAGES - 1][kColWords];
 #pragma unroll
   for (int s = 0; s < C::STAGES - 1; ++s) {
     if (s < nk) {
-      load_a(s);
+#pragma unroll
+      for (int c = 0; c < kColWords; ++c) prologue_cols[s][c] = cols[c];
       load_b(s);
       fetch_d(s);
       store_d(s, dreg);
       fetch_cols(s + 1);
+    }
+  }
+  grid_dependency_wait();
+#pragma unroll
+  for (int s = 0; s < C::STAGES - 1; ++s) {
+    if (s < nk) {
+      uint32_t keep[kColWords];
+#pragma unroll
+      for (int c = 0; c < kColWords; ++c) {
+        keep[c] = cols[c];
+        cols[c] = prologue_cols[s][c];
+      }
+      load_a(s);
+#pragma unroll
+      for (int c = 0; c < kColWords; ++c) cols[c] = keep[c];
     }
     cp_async_commit();
   }
@@ -520,8 +540,12 @@ inline size_t tiled_smem_bytes(int wb, bool cluster_reduce, bool bulk_store) {
 template <class C>
 cudaError_t launch_tiled(const SpmmParams& p, cudaStream_t stream) {
   static bool configured[kMaxDevices] = {};
-  const cudaError_t err =
-      set_smem_limit_once(configured, spmm_tiled_kernel<C>, static_cast<int>(tiled_smem_bytes<C>(C::KB, true, true)));
+  // The limit also allows the padding to one block per SM (dependent launch, below).
+  const SmFacts sm_once = current_sm_facts();
+  const size_t need_max = tiled_smem_bytes<C>(C::KB, true, true);
+  const size_t one_per_sm = sm_once.smem_per_sm > 0 ? static_cast<size_t>(sm_once.smem_per_sm / 2 - sm_once.smem_reserved + 16) : 0;
+  const cudaError_t err = set_smem_limit_once(configured, spmm_tiled_kernel<C>,
+                                              static_cast<int>(need_max > one_per_sm ? need_max : one_per_sm));
   if (err != cudaSuccess) return err;
   const int wb = C::KB / p.M * p.N;
   if (C::FIXED && (wb != C::WB || p.L < 32)) return cudaErrorInvalidValue;
@@ -537,15 +561,28 @@ cudaError_t launch_tiled(const SpmmParams& p, cudaStream_t stream) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = dim3(C::THREADS, 1, 1);
-  cfg.dynamicSmemBytes = smem;
+  // Launched during the x transpose (p.dependent_launch), as the warp-packed kernels: the block's
+  // shared memory is padded so that no SM takes more than ceil(blocks / SMs) blocks (session 16's
+  // dependent launch without it ran up to 25% slower on sub-wave grids: blocks piled onto the SMs
+  // the transpose freed first; experiments/overlap_launch_ab.txt). Padding to that many blocks never
+  // holds an SM below min(that, what registers and the unpadded size allow).
+  const SmFacts sm = current_sm_facts();
+  size_t launch_smem = smem;
+  if (p.dependent_launch && sm.sms > 0 && sm.smem_per_sm > 0) {
+    const int64_t per_sm = (mt * ntl * p.split_k + sm.sms - 1) / sm.sms;
+    const size_t pad = static_cast<size_t>(sm.smem_per_sm / (per_sm + 1) - sm.smem_reserved + 16);
+    if (pad > launch_smem) launch_smem = pad;
+  }
+  cfg.dynamicSmemBytes = launch_smem;
   cfg.stream = stream;
-  // Launched in plain stream order after the x transpose. (Programmatic dependent launch of this
-  // kernel measured +0.5-1% on geomean but up to 25% slower on grids of fewer blocks than the GPU
-  // holds: blocks launched early pile onto the SMs the transpose frees first;
-  // experiments/overlap_launch_ab.txt.)
-  cudaLaunchAttribute attr[1];
+  cudaLaunchAttribute attr[2];
   const cudaError_t attr_err = tile_cluster_attribute(p, C::TM, attr, &cfg.numAttrs);
   if (attr_err != cudaSuccess) return attr_err;
+  if (p.dependent_launch) {
+    attr[cfg.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[cfg.numAttrs].val.programmaticStreamSerializationAllowed = 1;
+    ++cfg.numAttrs;
+  }
   cfg.attrs = attr;
   return cudaLaunchKernelEx(&cfg, spmm_tiled_kernel<C>, p, wb, qt, stage);
 }
