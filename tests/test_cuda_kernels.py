@@ -432,6 +432,49 @@ def test_cluster_split_bitwise_equals_workspace_split(tmp_path):
                              "cluster and workspace reductions", NMSPMM_NO_CLUSTER_SPLIT="1")
 
 
+def test_last_block_reduction_bitwise_equals_second_launch(tmp_path):
+    # A workspace split-K of a kernel that reads xT reduces in the block of each tile that arrives
+    # last (arrival counters after the partial sums, zeroed by the call's transpose), in split order:
+    # the bits of the reduce_splits launch (NMSPMM_SPLIT_COUNTERS=0). Splits 3..16 (2 reduces in a
+    # cluster on sm_90, else through the workspace too), partial tiles in m and n, bias; 16:32 and 4:32.
+    for i, (N, m) in enumerate(((16, 77), (4, 300), (16, 1000))):
+        w = large_weight(1056, 2048, N, 32)  # 1056 columns: a partial 64-, 128- and 256-column tile
+        splits = (2, 3, 4, 8, 16)
+        plans = [(k, s) for k in TILED + WARP_PACKED for s in splits] + [(k, s) for k in PACKED for s in (3, 5)]
+        x = torch.randn(m, w.k, device=DEV)
+        assert_switch_keeps_bits(tmp_path, f"lb{i}", w, x, plans, "last-block and second-launch reductions",
+                                 NMSPMM_SPLIT_COUNTERS="0")
+
+
+def test_last_block_reduction_repeated_and_graphed():
+    # The arrival counters are zeroed by every call's transpose: repeated calls, calls of other shapes
+    # in between (a smaller workspace reused by the allocator) and CUDA-graph replays keep the bits.
+    w = large_weight(1024, 2048, 8, 32)
+    values, indices, N, M, L, (cols, packed) = w.args()
+    x = torch.randn(200, w.k, device=DEV)
+    small = torch.randn(40, w.k, device=DEV)
+    for k in (5, 19):  # a tiled and a warp-packed kernel
+        first = ops.spmm_with_plan(x, values, indices, N, M, L, None, None, None, k, 4)
+        ref, scale = w.reference(x, None)
+        check(first, ref, scale)
+        for _ in range(3):
+            ops.spmm_with_plan(small, values, indices, N, M, L, None, None, None, k, 8)
+            assert torch.equal(ops.spmm_with_plan(x, values, indices, N, M, L, None, None, None, k, 4), first)
+        g = torch.cuda.CUDAGraph()
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            ops.spmm_with_plan(x, values, indices, N, M, L, None, None, None, k, 4)
+        torch.cuda.current_stream().wait_stream(s)
+        with torch.cuda.graph(g):
+            out = ops.spmm_with_plan(x, values, indices, N, M, L, None, None, None, k, 4)
+        for _ in range(3):
+            out.zero_()
+            g.replay()
+            torch.cuda.synchronize()
+            assert torch.equal(out, first)
+
+
 def test_overlapped_launches_bitwise_equal_plain_stream_order(tmp_path):
     # On sm_90 the split-K reduction through the workspace launches while its kernel still runs
     # (programmatic dependent launch) and waits for that grid before it reads the partial sums,
@@ -449,34 +492,37 @@ def test_overlapped_launches_bitwise_equal_plain_stream_order(tmp_path):
         assert_switch_keeps_bits(tmp_path, i, w, x, plans, "overlapped and plain launches", NMSPMM_NO_OVERLAP="1")
 
 
-def test_warp_packed_during_transpose_bitwise_equals_plain_stream_order(tmp_path):
-    # On sm_90 the warp-packed kernels launch while the x transpose before them runs (programmatic
-    # dependent launch), fetch their first index group and values, and wait for the transpose before
-    # they copy from xT; grids that leave room on their SMs get padded shared memory. The bits must
-    # be those of plain stream order (NMSPMM_XT_OVERLAP=0): sub-wave grids of every tile (m = 40),
-    # several blocks per SM (300) and several rounds (1000), splits through the cluster and the workspace.
+def test_launch_during_transpose_bitwise_equals_plain_stream_order(tmp_path):
+    # On sm_90 the tiled, packing and warp-packed kernels launch while the x transpose before them
+    # runs (programmatic dependent launch), fetch their index bytes, values and col_info, and wait for
+    # the transpose before they copy from xT; grids that leave room on their SMs get padded shared
+    # memory. The bits must be those of plain stream order (NMSPMM_XT_OVERLAP=0): sub-wave grids of
+    # every tile (m = 40), several blocks per SM (300) and several rounds (1000), splits through the
+    # cluster and the workspace; 16:32 (run-time stage shape) and 4:32 (the fixed-WB kernels).
     if not cluster_split():
         pytest.skip("no programmatic dependent launch on this device")
-    w = large_weight(2048, 1024, 4, 32)
-    plans = [(k, s) for k in WARP_PACKED for s in (1, 2, 4)]
-    for m in (40, 300, 1000):
-        x = torch.randn(m, w.k, device=DEV)
-        x.mul_(2.0)  # x comes from a kernel launched just before the op
-        assert_switch_keeps_bits(tmp_path, m, w, x, plans, "overlapped and plain launches", NMSPMM_XT_OVERLAP="0")
+    for N in (4, 16):
+        w = large_weight(2048, 1024, N, 32)
+        plans = [(k, s) for k in WARP_PACKED + TILED for s in (1, 2, 4)] + [(k, s) for k in PACKED for s in (1, 2)]
+        for m in (40, 300, 1000):
+            x = torch.randn(m, w.k, device=DEV)
+            x.mul_(2.0)  # x comes from a kernel launched just before the op
+            assert_switch_keeps_bits(tmp_path, f"{N}_{m}", w, x, plans, "overlapped and plain launches",
+                                     NMSPMM_XT_OVERLAP="0")
 
 
-def test_warp_packed_chain_reads_previous_output():
+def test_chain_reads_previous_output():
     # One call's output is the next call's x: the next call's transpose (plain stream order) waits
-    # for the previous SpMM, and its warp-packed kernel (launched during that transpose) for it.
+    # for the previous SpMM, and its kernel (launched during that transpose) for it.
     if not cluster_split():
         pytest.skip("no programmatic dependent launch on this device")
     w = large_weight(1024, 1024, 8, 32)
-    values, indices, N, M, L, _ = w.args()
-    for k in WARP_PACKED:
+    values, indices, N, M, L, (cols, packed) = w.args()
+    for k in WARP_PACKED + TILED + PACKED:
         x = torch.randn(256, 1024, device=DEV)
         ys = [x]
         for _ in range(4):
-            ys.append(ops.spmm_with_plan(ys[-1], values, indices, N, M, L, None, None, None, k, 1))
+            ys.append(ops.spmm_with_plan(ys[-1], values, indices, N, M, L, None, cols, packed, k, 1))
         for a, b in zip(ys[:-1], ys[1:]):
             ref, scale = w.reference(a, None)
             check(b, ref, scale)

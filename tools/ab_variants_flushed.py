@@ -20,7 +20,7 @@ import torch
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
 import nmspmm  # noqa: E402
-from shapes import NMSPMM100_NK  # noqa: E402
+from shapes import NMSPMM100_NK, model_projections  # noqa: E402
 from sweep_flushed import Flushed  # noqa: E402
 
 ops = torch.ops.nmspmm
@@ -35,12 +35,16 @@ def main():
     ap.add_argument("--plans", default="auto,20/1,20/2,19/1,19/2,18/1,18/2")
     ap.add_argument("--large-plans", default="auto,18/1", help="plans at m >= 2048")
     ap.add_argument("--cube", action="store_true")
+    ap.add_argument("--nk", default="nmspmm100", help="nmspmm100, or llama (the (n, k) of Llama-2-7B and Llama-3-8B)")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     a = ap.parse_args()
     variants = a.variants.split(",")
     ms = [int(v) for v in a.ms.split(",")]
     Ns = [int(v) for v in a.Ns.split(",")]
-    shapes = ([(4096, 4096, 4096)] if a.cube else []) + [(m, n, k) for m in ms for n, k in NMSPMM100_NK]
+    nks = NMSPMM100_NK
+    if a.nk == "llama":
+        nks = list(dict.fromkeys((n, k) for model in ("llama-2-7b", "llama-3-8b") for _, n, k in model_projections(model)))
+    shapes = ([(4096, 4096, 4096)] if a.cube else []) + [(m, n, k) for m in ms for n, k in nks]
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     timer = Flushed()
     torch.manual_seed(0)

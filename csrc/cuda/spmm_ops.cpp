@@ -69,12 +69,23 @@ bool overlap_enabled() {
   return enabled;
 }
 
-// NMSPMM_XT_OVERLAP=0 (read once; session 26's A/B read it per call) launches the warp-packed
-// kernels in plain stream order after the x transpose instead of with programmatic dependent launch
-// (kernels::SpmmParams::dependent_launch). An A/B switch, not a tuning knob.
+// NMSPMM_XT_OVERLAP=0 (read once; sessions 26 and 27 read it per call for their A/Bs) launches the
+// tiled, packing and warp-packed kernels in plain stream order after the x transpose instead of with
+// programmatic dependent launch (kernels::SpmmParams::dependent_launch). An A/B switch, not a tuning knob.
 bool xt_overlap_enabled() {
-  // Read per call for the A/B (tools/ab_variants_flushed.py switches it per call); read once after.
-  const char* e = std::getenv("NMSPMM_XT_OVERLAP");
+  static const bool enabled = [] {
+    const char* e = std::getenv("NMSPMM_XT_OVERLAP");
+    return e == nullptr || e[0] != '0';
+  }();
+  return enabled;
+}
+
+// NMSPMM_SPLIT_COUNTERS=0 reduces the workspace split-K of the tiled, packing and warp-packed
+// kernels with the second launch (reduce_splits) instead of in the last block of each tile
+// (kernels::SpmmParams::split_counters). An A/B switch, not a tuning knob; read per call for the
+// session-27 A/B.
+bool split_counters_enabled() {
+  const char* e = std::getenv("NMSPMM_SPLIT_COUNTERS");
   return e == nullptr || e[0] != '0';
 }
 
@@ -203,7 +214,13 @@ at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const a
   // device has clusters (unless switched off for A/B timing).
   const bool cluster_split = clusters && cluster_split_enabled();
   const bool cluster_reduce = plan_reduces_in_cluster(plan.kernel, plan.split_k, cluster_split);
-  if (plan_uses_workspace(plan.kernel, plan.split_k, cluster_split)) workspace = at::empty({plan.split_k, m, out}, y.options());
+  // A workspace split of a kernel that reads xT reduces in the last block of each tile, counted in
+  // per-tile arrival counters after the partial tiles (zeroed by this call's transpose).
+  const bool uses_workspace = plan_uses_workspace(plan.kernel, plan.split_k, cluster_split);
+  const bool counters = uses_workspace && kernel_reads_xt(plan.kernel) && split_counters_enabled();
+  const int64_t partials = plan.split_k * m * out;
+  if (uses_workspace)
+    workspace = at::empty({partials + (counters ? kernels::split_counter_count(m, out) : 0)}, y.options());
   if (kernel_reads_xt(plan.kernel))
     xt = at::empty({in, kernels::tiled_xt_ld(m)}, y.options());
 
@@ -218,6 +235,7 @@ at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const a
   p.bias = b.defined() ? b.data_ptr<float>() : nullptr;
   p.y = y.data_ptr<float>();
   p.workspace = workspace.defined() ? workspace.data_ptr<float>() : nullptr;
+  p.split_counters = counters;
   p.m = m;
   p.n = out;
   p.k = in;
@@ -239,8 +257,8 @@ at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const a
     const bool weight_safe = weight_hazards().check_and_record(x.get_device(), stream, reads, writes);
     p.dependent_launch = weight_safe && decode_plan_overlaps_launch(plan, in, N, M);
   }
-  // The warp-packed kernels start during the x transpose launched just before them in plain stream
-  // order (so after everything before the call): no weight hazard.
+  // The tiled, packing and warp-packed kernels start during the x transpose launched just before
+  // them in plain stream order (so after everything before the call): no weight hazard.
   if (is_warp_packed_kernel(plan.kernel) || is_tiled_kernel(plan.kernel) || is_packed_kernel(plan.kernel))
     p.dependent_launch = p.overlap_launches && xt_overlap_enabled();
   const cudaError_t err = kernels::launch_spmm(p, plan.kernel, stream);

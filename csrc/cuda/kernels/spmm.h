@@ -35,10 +35,11 @@ struct SpmmParams {
   // it in the stream still runs; it reads only `values` and `indices` before grid_dependency_wait()
   // and x, bias and y after it. The binding sets it only when the kernel before it cannot have
   // written `values` or `indices` (spmm_ops.cpp, WeightHazardTable).
-  // sm_90 warp-packed kernels (session 26): launched with programmatic dependent launch during the x
-  // transpose before them, which lets them start at once (transpose_x_kernel); they fetch their
-  // first index group and values, then wait for the transpose before copying from xT. The launch
-  // pads shared memory so that no SM takes more than ceil(blocks / SMs) blocks (launch_warp_packed).
+  // sm_90 warp-packed (session 26), tiled and packing (session 27) kernels: launched with
+  // programmatic dependent launch during the x transpose before them, which lets them start at once
+  // (transpose_x_kernel); they fetch what the transpose does not write (index bytes, values,
+  // col_info), then wait for the transpose before copying from xT. The launch pads shared memory so
+  // that no SM takes more than ceil(blocks / SMs) blocks (launch_warp_packed, launch_tiled).
   // The binding sets it on compute capability 9.0+ (NMSPMM_XT_OVERLAP=0 turns it off, A/B only).
   // (Adding fields to this struct changed the decode kernels' code and cost them up to 40% at
   // some m = 1 plans on H100: experiments/s26_decode_ab.txt; keep its layout.)
@@ -48,7 +49,27 @@ struct SpmmParams {
   // (bulk_store.cuh), instead of 2 x TM dependent 16-byte stores per thread. Needs n % 4 == 0 and
   // 16-byte aligned y / workspace; the binding sets it on compute capability 9.0+.
   bool bulk_store;
+  // Split-K through the workspace, kernels that read xT (tiled, packing, warp-packed), session 27:
+  // one arrival counter per output tile, split_counter_count(m, n) ints after the split_k x m x n
+  // partial sums in the workspace, zeroed by the x transpose of the same call. Every block writes
+  // its partial tile, and the block that arrives last sums the tile's partial tiles in split order
+  // (+ bias) into y: the arithmetic of reduce_splits, without its second launch (tile_epilogue.cuh).
+  // false: the second launch. (A bool in the struct's tail padding: the fields above keep their
+  // offsets and the struct its size, so kernels that ignore it compile to the same SASS;
+  // experiments/s27_sass_diff_*.txt. A pointer field here changed the decode kernels' SASS.)
+  bool split_counters;
 };
+
+static_assert(sizeof(SpmmParams) == 128, "SpmmParams changed size: check the decode kernels' SASS (tools/sass_diff.py)");
+
+// Where the split-K arrival counters start in a workspace of split_k x m x n partial sums.
+__host__ __device__ inline int* split_counters_of(float* workspace, int split_k, int64_t m, int64_t n) {
+  return reinterpret_cast<int*>(workspace + static_cast<int64_t>(split_k) * m * n);
+}
+
+// Arrival counters the split-K reduction in the last block needs: one per output tile of at least
+// 32 x 64 (every tile the xT-reading kernels use), a bound the binding and the transpose share.
+__host__ __device__ inline int64_t split_counter_count(int64_t m, int64_t n) { return ((m + 31) / 32) * ((n + 63) / 64); }
 
 // Row length of the k-major copy of x that the tiled and packed kernels read.
 inline int64_t tiled_xt_ld(int64_t m) { return (m + 3) / 4 * 4; }
