@@ -432,23 +432,10 @@ def test_cluster_split_bitwise_equals_workspace_split(tmp_path):
                              "cluster and workspace reductions", NMSPMM_NO_CLUSTER_SPLIT="1")
 
 
-def test_last_block_reduction_bitwise_equals_second_launch(tmp_path):
-    # A workspace split-K of a kernel that reads xT reduces in the block of each tile that arrives
-    # last (arrival counters after the partial sums, zeroed by the call's transpose), in split order:
-    # the bits of the reduce_splits launch (NMSPMM_SPLIT_COUNTERS=0). Splits 3..16 (2 reduces in a
-    # cluster on sm_90, else through the workspace too), partial tiles in m and n, bias; 16:32 and 4:32.
-    for i, (N, m) in enumerate(((16, 77), (4, 300), (16, 1000))):
-        w = large_weight(1056, 2048, N, 32)  # 1056 columns: a partial 64-, 128- and 256-column tile
-        splits = (2, 3, 4, 8, 16)
-        plans = [(k, s) for k in TILED + WARP_PACKED for s in splits] + [(k, s) for k in PACKED for s in (3, 5)]
-        x = torch.randn(m, w.k, device=DEV)
-        assert_switch_keeps_bits(tmp_path, f"lb{i}", w, x, plans, "last-block and second-launch reductions",
-                                 NMSPMM_SPLIT_COUNTERS="0")
-
-
-def test_last_block_reduction_repeated_and_graphed():
-    # The arrival counters are zeroed by every call's transpose: repeated calls, calls of other shapes
-    # in between (a smaller workspace reused by the allocator) and CUDA-graph replays keep the bits.
+def test_workspace_split_repeated_and_graphed():
+    # Split-K through the workspace (split 4: not a cluster) of a tiled and a warp-packed kernel:
+    # repeated calls, calls of another shape and split in between (the allocator reuses the
+    # workspace) and CUDA-graph replays keep the bits.
     w = large_weight(1024, 2048, 8, 32)
     values, indices, N, M, L, (cols, packed) = w.args()
     x = torch.randn(200, w.k, device=DEV)

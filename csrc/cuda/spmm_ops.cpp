@@ -80,15 +80,6 @@ bool xt_overlap_enabled() {
   return enabled;
 }
 
-// NMSPMM_SPLIT_COUNTERS=0 reduces the workspace split-K of the tiled, packing and warp-packed
-// kernels with the second launch (reduce_splits) instead of in the last block of each tile
-// (kernels::SpmmParams::split_counters). An A/B switch, not a tuning knob; read per call for the
-// session-27 A/B.
-bool split_counters_enabled() {
-  const char* e = std::getenv("NMSPMM_SPLIT_COUNTERS");
-  return e == nullptr || e[0] != '0';
-}
-
 // NMSPMM_NO_BULK_STORE=1 (read once) writes the tiled kernels' output tiles with per-thread stores
 // instead of staging them in shared memory for bulk copies: an A/B switch, not a tuning knob.
 bool bulk_store_enabled() {
@@ -214,13 +205,7 @@ at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const a
   // device has clusters (unless switched off for A/B timing).
   const bool cluster_split = clusters && cluster_split_enabled();
   const bool cluster_reduce = plan_reduces_in_cluster(plan.kernel, plan.split_k, cluster_split);
-  // A workspace split of a kernel that reads xT reduces in the last block of each tile, counted in
-  // per-tile arrival counters after the partial tiles (zeroed by this call's transpose).
-  const bool uses_workspace = plan_uses_workspace(plan.kernel, plan.split_k, cluster_split);
-  const bool counters = uses_workspace && kernel_reads_xt(plan.kernel) && split_counters_enabled();
-  const int64_t partials = plan.split_k * m * out;
-  if (uses_workspace)
-    workspace = at::empty({partials + (counters ? kernels::split_counter_count(m, out) : 0)}, y.options());
+  if (plan_uses_workspace(plan.kernel, plan.split_k, cluster_split)) workspace = at::empty({plan.split_k, m, out}, y.options());
   if (kernel_reads_xt(plan.kernel))
     xt = at::empty({in, kernels::tiled_xt_ld(m)}, y.options());
 
@@ -235,7 +220,6 @@ at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const a
   p.bias = b.defined() ? b.data_ptr<float>() : nullptr;
   p.y = y.data_ptr<float>();
   p.workspace = workspace.defined() ? workspace.data_ptr<float>() : nullptr;
-  p.split_counters = counters;
   p.m = m;
   p.n = out;
   p.k = in;

@@ -49,27 +49,9 @@ struct SpmmParams {
   // (bulk_store.cuh), instead of 2 x TM dependent 16-byte stores per thread. Needs n % 4 == 0 and
   // 16-byte aligned y / workspace; the binding sets it on compute capability 9.0+.
   bool bulk_store;
-  // Split-K through the workspace, kernels that read xT (tiled, packing, warp-packed), session 27:
-  // one arrival counter per output tile, split_counter_count(m, n) ints after the split_k x m x n
-  // partial sums in the workspace, zeroed by the x transpose of the same call. Every block writes
-  // its partial tile, and the block that arrives last sums the tile's partial tiles in split order
-  // (+ bias) into y: the arithmetic of reduce_splits, without its second launch (tile_epilogue.cuh).
-  // false: the second launch. (A bool in the struct's tail padding: the fields above keep their
-  // offsets and the struct its size, so kernels that ignore it compile to the same SASS;
-  // experiments/s27_sass_diff_*.txt. A pointer field here changed the decode kernels' SASS.)
-  bool split_counters;
 };
 
 static_assert(sizeof(SpmmParams) == 128, "SpmmParams changed size: check the decode kernels' SASS (tools/sass_diff.py)");
-
-// Where the split-K arrival counters start in a workspace of split_k x m x n partial sums.
-__host__ __device__ inline int* split_counters_of(float* workspace, int split_k, int64_t m, int64_t n) {
-  return reinterpret_cast<int*>(workspace + static_cast<int64_t>(split_k) * m * n);
-}
-
-// Arrival counters the split-K reduction in the last block needs: one per output tile of at least
-// 32 x 64 (every tile the xT-reading kernels use), a bound the binding and the transpose share.
-__host__ __device__ inline int64_t split_counter_count(int64_t m, int64_t n) { return ((m + 31) / 32) * ((n + 63) / 64); }
 
 // Row length of the k-major copy of x that the tiled and packed kernels read.
 inline int64_t tiled_xt_ld(int64_t m) { return (m + 3) / 4 * 4; }

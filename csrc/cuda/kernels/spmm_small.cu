@@ -203,17 +203,10 @@ constexpr int kTransposeRows = 8;
 // read (along k) and the write (along m) are coalesced.
 __global__ void __launch_bounds__(kTransposeTile* kTransposeRows)
     transpose_x_kernel(const float* __restrict__ x, int64_t ldx, int64_t m, int64_t k,
-                       float* __restrict__ xt, int64_t ldt, int* __restrict__ counters, int64_t count) {
-  // The kernel launched after this one with programmatic dependent launch may start now: it reads
-  // nothing this kernel writes before its griddepcontrol.wait.
+                       float* __restrict__ xt, int64_t ldt) {
+  // A warp-packed kernel launched after this one with programmatic dependent launch may start now:
+  // it reads nothing this kernel writes before its griddepcontrol.wait.
   allow_dependent_launch();
-  // The split-K arrival counters of this call (SpmmParams::split_counters), if any, start at zero.
-  if (counters != nullptr) {
-    const int64_t threads = static_cast<int64_t>(gridDim.x) * gridDim.y * blockDim.x * blockDim.y;
-    const int64_t t = (static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x) * (blockDim.x * blockDim.y) +
-                      threadIdx.y * blockDim.x + threadIdx.x;
-    for (int64_t i = t; i < count; i += threads) counters[i] = 0;
-  }
   __shared__ float tile[kTransposeTile][kTransposeTile + 1];
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int64_t i0 = static_cast<int64_t>(blockIdx.x) * kTransposeTile;
@@ -237,9 +230,8 @@ cudaError_t launch_transpose_x(const SpmmParams& p, cudaStream_t stream) {
   const int64_t by = (p.k + kTransposeTile - 1) / kTransposeTile;
   if (bx > 0x7fffffff || by > 65535) return cudaErrorInvalidConfiguration;
   transpose_x_kernel<<<dim3(static_cast<unsigned>(bx), static_cast<unsigned>(by)),
-                       dim3(kTransposeTile, kTransposeRows), 0, stream>>>(
-      p.x, p.ldx, p.m, p.k, p.xt, p.ldxt,
-      p.split_counters ? split_counters_of(p.workspace, p.split_k, p.m, p.n) : nullptr, split_counter_count(p.m, p.n));
+                       dim3(kTransposeTile, kTransposeRows), 0, stream>>>(p.x, p.ldx, p.m, p.k, p.xt,
+                                                                            p.ldxt);
   return cudaGetLastError();
 }
 
@@ -331,8 +323,6 @@ cudaError_t launch_spmm(const SpmmParams& p, int kernel, cudaStream_t stream) {
   if (p.cluster_reduce && is_cluster_decode_kernel(kernel)) return cudaErrorInvalidValue;
   const bool uses_split = plan_uses_workspace(kernel, p.split_k, p.cluster_reduce);
   if (uses_split && p.workspace == nullptr) return cudaErrorInvalidValue;
-  // Arrival counters only for a workspace split of a kernel that reads xT (its transpose zeroes them).
-  if (p.split_counters && !(uses_split && kernel_reads_xt(kernel))) return cudaErrorInvalidValue;
   if ((is_tiled_kernel(kernel) || is_packed_kernel(kernel)) && p.L < 16) return cudaErrorInvalidValue;
   if (p.m == 0 || p.n == 0) return cudaSuccess;
   cudaError_t err = cudaSuccess;
@@ -378,8 +368,7 @@ cudaError_t launch_spmm(const SpmmParams& p, int kernel, cudaStream_t stream) {
     case kWarpPacked32x128: err = launch_warp_packed<WarpPacked32x128>(p, stream); break;
     default: return cudaErrorInvalidValue;
   }
-  // Split-K with arrival counters: the last block of each tile reduced it (tile_epilogue.cuh).
-  if (err != cudaSuccess || !uses_split || (kernel_reads_xt(kernel) && p.split_counters)) return err;
+  if (err != cudaSuccess || !uses_split) return err;
   const int64_t mn = p.m * p.n;
   const int threads = 256;
   const int64_t blocks = (mn / 4 + threads - 1) / threads;

@@ -6,11 +6,6 @@
 //     distributed shared memory: the order of reduce_splits, so bitwise the workspace result;
 //   bulk_store (sm_90): the tile (or split-K partial tile) staged row-major in shared memory and
 //     each row written by one bulk asynchronous copy (bulk_store.cuh);
-//   split_counters (split-K through the workspace, no cluster): every block writes its partial tile
-//     to its workspace slice with 16-byte stores, then counts itself in the tile's arrival counter;
-//     the block that arrives last reads the partial tiles back (from L2) and sums them in split
-//     order 0, 1, ..., split_k - 1 (+ bias) into y: the arithmetic of reduce_splits, so bitwise its
-//     result, without a second launch;
 //   otherwise 2 x TM 16-byte stores per thread, into y or the split's workspace slice.
 // The caller's shared memory must hold max(BM x BN, BM x (BN + 4)) floats, and every warp must be
 // done with its main loop's shared memory (this function starts with a block barrier).
@@ -22,7 +17,6 @@
 
 #include "bulk_store.cuh"
 #include "cluster_barrier.cuh"
-#include "launch_overlap.cuh"
 #include "spmm.h"
 
 namespace nmspmm {
@@ -75,67 +69,6 @@ __device__ __forceinline__ void store_output_tile(const float (&acc)[TM][8], con
   }
   const bool split = p.split_k > 1;
   float* const out = split ? p.workspace + static_cast<int64_t>(blockIdx.z) * M_ * N_ : p.y;
-  if (split && p.split_counters) {
-    // 1. This split's partial tile into its workspace slice (rows past m and columns past n skipped).
-#pragma unroll
-    for (int i = 0; i < TM; ++i) {
-      const int64_t row = m0 + ti + 32 * (i / 4) + (i % 4);
-#pragma unroll
-      for (int g = 0; g < 2; ++g) {
-        const int64_t col = n0 + tj + 16 * g;
-        if (row < M_ && col < N_)
-          *reinterpret_cast<float4*>(out + row * N_ + col) =
-              make_float4(acc[i][4 * g], acc[i][4 * g + 1], acc[i][4 * g + 2], acc[i][4 * g + 3]);
-      }
-    }
-    // 2. Publish it and count the block in: the fence orders each thread's stores before the
-    // barrier, and so before thread 0's atomic (the threadFenceReduction pattern).
-    __threadfence();
-    int* const last_flag = reinterpret_cast<int*>(smem_f4);
-    __syncthreads();  // also: every warp is done with its main loop's shared memory
-    if (tid == 0) {
-      grid_dependency_wait();  // the counters are zeroed by the transpose (waited for already; a no-op)
-      const int tile = static_cast<int>(blockIdx.y * gridDim.x + blockIdx.x);
-      *last_flag = atomicAdd(split_counters_of(p.workspace, p.split_k, M_, N_) + tile, 1) == p.split_k - 1;
-    }
-    __syncthreads();
-    if (*last_flag == 0) return;
-    __threadfence();  // the other splits' partial tiles are visible from here on
-    // 3. The last block: y = sum over z of partial[z] in split order (+ bias), all read back from
-    // L2 (its own too: the accumulators are free for the sums), one split at a time with all of the
-    // thread's 2 x TM loads of a split in flight together.
-    const int64_t slice = M_ * N_;
-    const float* src[2 * TM];
-#pragma unroll
-    for (int j = 0; j < 2 * TM; ++j) {
-      const int i = j / 2, g = j % 2;
-      const int64_t row = m0 + ti + 32 * (i / 4) + (i % 4), col = n0 + tj + 16 * g;
-      src[j] = p.workspace + (row < M_ && col < N_ ? row * N_ + col : 0);  // slot 0 for a skipped one
-    }
-    float4 v[2 * TM];
-#pragma unroll
-    for (int j = 0; j < 2 * TM; ++j) v[j] = __ldcg(reinterpret_cast<const float4*>(src[j]));
-#pragma unroll 1
-    for (int z = 1; z < p.split_k; ++z) {
-#pragma unroll
-      for (int j = 0; j < 2 * TM; ++j) {
-        const float4 o = __ldcg(reinterpret_cast<const float4*>(src[j] + z * slice));
-        v[j].x += o.x; v[j].y += o.y; v[j].z += o.z; v[j].w += o.w;
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < 2 * TM; ++j) {
-      const int i = j / 2, g = j % 2;
-      const int64_t row = m0 + ti + 32 * (i / 4) + (i % 4), col = n0 + tj + 16 * g;
-      if (row >= M_ || col >= N_) continue;
-      if (p.bias != nullptr) {
-        const float4 bb = *reinterpret_cast<const float4*>(p.bias + col);
-        v[j].x += bb.x; v[j].y += bb.y; v[j].z += bb.z; v[j].w += bb.w;
-      }
-      *reinterpret_cast<float4*>(p.y + row * N_ + col) = v[j];
-    }
-    return;
-  }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if (p.bulk_store) {
     // Rows of BN + 4 floats: 16-byte aligned, and the STS.128 of a warp's 8 rows x 4 column groups
