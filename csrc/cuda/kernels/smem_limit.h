@@ -7,6 +7,9 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <cstddef>
+#include <cstdint>
+
 namespace nmspmm {
 namespace kernels {
 
@@ -52,6 +55,12 @@ inline SmFacts current_sm_facts() {
     queried[dev] = true;
   }
   return facts[dev];
+}
+
+// Dynamic shared memory that holds an SM to `blocks` blocks: just over what blocks + 1 would fit in
+// (the launch-during-transpose padding of the tiled and warp-packed launchers).
+inline size_t smem_for_blocks_per_sm(const SmFacts& f, int64_t blocks) {
+  return static_cast<size_t>(f.smem_per_sm / (blocks + 1) - f.smem_reserved + 16);
 }
 
 // Allow clusters of more than 8 blocks (non-portable; up to 16 on H100 / H200).

@@ -541,9 +541,9 @@ template <class C>
 cudaError_t launch_tiled(const SpmmParams& p, cudaStream_t stream) {
   static bool configured[kMaxDevices] = {};
   // The limit also allows the padding to one block per SM (dependent launch, below).
-  const SmFacts sm_once = current_sm_facts();
+  const SmFacts sm = current_sm_facts();
   const size_t need_max = tiled_smem_bytes<C>(C::KB, true, true);
-  const size_t one_per_sm = sm_once.smem_per_sm > 0 ? static_cast<size_t>(sm_once.smem_per_sm / 2 - sm_once.smem_reserved + 16) : 0;
+  const size_t one_per_sm = sm.smem_per_sm > 0 ? smem_for_blocks_per_sm(sm, 1) : 0;
   const cudaError_t err = set_smem_limit_once(configured, spmm_tiled_kernel<C>,
                                               static_cast<int>(need_max > one_per_sm ? need_max : one_per_sm));
   if (err != cudaSuccess) return err;
@@ -566,11 +566,10 @@ cudaError_t launch_tiled(const SpmmParams& p, cudaStream_t stream) {
   // dependent launch without it ran up to 25% slower on sub-wave grids: blocks piled onto the SMs
   // the transpose freed first; experiments/overlap_launch_ab.txt). Padding to that many blocks never
   // holds an SM below min(that, what registers and the unpadded size allow).
-  const SmFacts sm = current_sm_facts();
   size_t launch_smem = smem;
   if (p.dependent_launch && sm.sms > 0 && sm.smem_per_sm > 0) {
     const int64_t per_sm = (mt * ntl * p.split_k + sm.sms - 1) / sm.sms;
-    const size_t pad = static_cast<size_t>(sm.smem_per_sm / (per_sm + 1) - sm.smem_reserved + 16);
+    const size_t pad = smem_for_blocks_per_sm(sm, per_sm);
     if (pad > launch_smem) launch_smem = pad;
   }
   cfg.dynamicSmemBytes = launch_smem;

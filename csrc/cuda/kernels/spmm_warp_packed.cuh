@@ -237,10 +237,6 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) spmm_warp_packed_ke
   store_output_tile<TM, BM, C::BN, C::THREADS>(acc, p, smem_f4, tid, ti, tj, m0, n0);
 }
 
-// Dynamic shared memory that holds an SM to `blocks` blocks: just over what blocks + 1 would fit in.
-inline size_t smem_for_blocks_per_sm(const SmFacts& f, int64_t blocks) {
-  return static_cast<size_t>(f.smem_per_sm / (blocks + 1) - f.smem_reserved + 16);
-}
 
 template <class C>
 cudaError_t launch_warp_packed(const SpmmParams& p, cudaStream_t stream) {
