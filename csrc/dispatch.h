@@ -5,6 +5,7 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 
 #include "pattern.h"
 
@@ -32,7 +33,9 @@ enum KernelId : int {
   kWarpPacked128x128 = 18,  // L >= 32: each warp stages only the x rows its vector keeps, in its
   kWarpPacked64x128 = 19,   // own cp.async pipeline (no gather offsets, no block barrier per
   kWarpPacked32x128 = 20,   // stage); 16x8 / 8x8 / 4x8 thread tiles
-  kNumKernels = 21,
+  kProducer128x256 = 21,    // sm_90, L >= 32: a producer warp feeds 8 math warps (16x8 thread tiles)
+                            // through tensor copies (TMA) and mbarriers; the tiled kernels' A slab
+  kNumKernels = 22,
 };
 
 // The decode kernels launched as thread-block clusters (sm_90): split_k is the cluster size and
@@ -65,6 +68,7 @@ inline TileShape tile_shape(int kernel) {
     case kWarpPacked128x128: return {128, 128};
     case kWarpPacked64x128: return {64, 128};
     case kWarpPacked32x128: return {32, 128};
+    case kProducer128x256: return {128, 256};
     default: return {0, 0};
   }
 }
@@ -79,9 +83,26 @@ inline bool is_tiled_kernel(int kernel) {
 inline bool is_warp_packed_kernel(int kernel) {
   return kernel >= kWarpPacked128x128 && kernel <= kWarpPacked32x128;
 }
+// The warp-specialized kernel (spmm_producer.cuh): compute capability 9.0 (tensor copies,
+// mbarriers), a compressed-row count per k-block it is built for (producer_wb), L >= 32.
+inline bool is_producer_kernel(int kernel) { return kernel == kProducer128x256; }
+// Its k-block and compressed rows per k-block for a pattern (0 rows: not built for it): k-blocks of
+// 32 with 8, 12 or 16 rows (N:32 with N = 8, 12, 16 and every N:M with the same 32 / M * N), and
+// k-blocks of 64 with 8 rows (4:32, 2:16, 1:8).
+struct ProducerShape {
+  int kb, wb;
+};
+inline ProducerShape producer_shape(int64_t N, int64_t M) {
+  if (M > 32 || 32 % M != 0) return {32, 0};
+  const int64_t wb32 = 32 / M * N;
+  if (wb32 == 8 || wb32 == 12 || wb32 == 16) return {32, static_cast<int>(wb32)};
+  if (wb32 == 4) return {64, 8};
+  return {32, 0};
+}
 // The kernels that read x through its k-major copy xT (written by a transpose before them).
 inline bool kernel_reads_xt(int kernel) {
-  return is_tiled_kernel(kernel) || is_packed_kernel(kernel) || is_warp_packed_kernel(kernel);
+  return is_tiled_kernel(kernel) || is_packed_kernel(kernel) || is_warp_packed_kernel(kernel) ||
+         is_producer_kernel(kernel);
 }
 
 // Largest split-K a tiled kernel reduces inside a thread-block cluster. The kernels take any
@@ -96,7 +117,8 @@ constexpr int kMaxClusterSplit = 2;
 // tile form one cluster and sum their partial tiles through distributed shared memory.
 inline bool plan_reduces_in_cluster(int kernel, int split_k, bool clusters) {
   if (is_cluster_decode_kernel(kernel)) return true;
-  return clusters && split_k > 1 && split_k <= kMaxClusterSplit && kernel_reads_xt(kernel);
+  return clusters && split_k > 1 && split_k <= kMaxClusterSplit && kernel_reads_xt(kernel) &&
+         !is_producer_kernel(kernel);  // its split-K goes through the workspace
 }
 // Whether a plan writes a split-K workspace [split_k, m, n] that a second launch reduces.
 inline bool plan_uses_workspace(int kernel, int split_k, bool clusters) {
@@ -106,7 +128,6 @@ inline bool plan_uses_workspace(int kernel, int split_k, bool clusters) {
 // Which kernels can run a pattern at all (the generic kernel runs everything).
 inline bool kernel_supports(int kernel, int64_t m, int64_t N, int64_t M, int64_t L,
                             bool has_col_info) {
-  (void)N;
   if (kernel == kGeneric) return true;
   if (kernel == kDecode) return L >= 4 && m <= 16;
   if (is_staged_decode_kernel(kernel)) return L >= 4 && m <= 16 && M <= 512;
@@ -115,6 +136,7 @@ inline bool kernel_supports(int kernel, int64_t m, int64_t N, int64_t M, int64_t
   if (is_tiled_kernel(kernel)) return L >= 16 && M <= 64;
   if (is_packed_kernel(kernel)) return L >= 16 && M <= kPackKBlock && has_col_info;
   if (is_warp_packed_kernel(kernel)) return L >= 32;
+  if (is_producer_kernel(kernel)) return L >= 32 && producer_shape(N, M).wb > 0;
   return false;
 }
 
@@ -300,6 +322,24 @@ inline Plan choose_warp_packed(int64_t m, int64_t n, int64_t k, int64_t N, int64
   return best;
 }
 
+// The warp-specialized kernel (id 21, sm_90; spmm_producer.cuh): 128x256 tiles, one block per SM,
+// a k-stage costs a + b * wb microseconds (a doubled for k-blocks of 64), whatever the grid (one block
+// per SM runs alone), so a plan costs stages * R * (a + b * wb) + its workspace reduction (R: the
+// grid's rounds). The constants are those of the tiled 128x128 kernel's model scaled by what the
+// session-28 probe measured kernel-only on the same data (experiments/s28_producer_probe2.txt:
+// 0.93-0.95x kernel 2's time at 16:32 / 12:32 / 8:32, 0.88-0.92x at 4:32 (k-block 64), m = 512-4096),
+// then checked against the op in the session-28 A/B (NMSPMM_NO_PRODUCER=1 against the default).
+constexpr double kProducerStageUs = 0.110;
+constexpr double kProducerRowUs = 0.158;
+inline double producer_cost_us(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, int split, int num_sms) {
+  const ProducerShape s = producer_shape(N, M);
+  const int64_t ctas = static_cast<int64_t>(ceil_div_i(m, 128)) * ceil_div_i(n, 256) * split;
+  const GridRounds g = grid_rounds(ctas, num_sms, 1);
+  const int64_t stages = (ceil_div_i(k, s.kb) + split - 1) / split;
+  const double per_stage = kProducerStageUs * (s.kb / 32) + kProducerRowUs * s.wb;
+  return static_cast<double>(stages) * g.rounds * per_stage + split_reduction_us(kProducer128x256, split, m, n, true);
+}
+
 // Blocks of 8 warps per SM (x 10) that a decode grid stays within: 2 fit by registers, but a
 // cluster must fit inside one GPC, and on H100 (132 SMs) 224 blocks of 8 warps (32 clusters of 7)
 // run in one wave where 32 clusters of 8 run two (ncu: experiments/ncu_s10_*).
@@ -429,9 +469,20 @@ inline Plan choose_cluster_decode(int64_t m, int64_t n, int64_t k, int64_t N, in
   return plan;
 }
 
-// clusters: the device has thread-block clusters (compute capability >= 9.0).
-// max_cluster: the largest cluster of the decode kernels the device places (16 on H100 / H200; 8
-// is always portable).
+// NMSPMM_NO_PRODUCER=1 (read once) keeps the warp-specialized kernel (21) out of choose_plan's
+// candidates, in the binding and in spmm_heuristic alike: an A/B switch, not a tuning knob
+// (spmm_with_plan still runs the kernel).
+inline bool producer_plans_enabled() {
+  static const bool enabled = [] {
+    const char* e = std::getenv("NMSPMM_NO_PRODUCER");
+    return e == nullptr || e[0] != '1';
+  }();
+  return enabled;
+}
+
+// clusters: the device has thread-block clusters (compute capability >= 9.0; also what the
+// warp-specialized kernel needs). max_cluster: the largest cluster of the decode kernels the device
+// places (16 on H100 / H200; 8 is always portable).
 inline Plan choose_plan(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, int64_t L,
                         bool has_col_info, int num_sms, bool clusters = true, int max_cluster = 16) {
   if (num_sms <= 0) num_sms = 132;
@@ -478,7 +529,21 @@ inline Plan choose_plan(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, i
   if (warp_packed_candidates(m, n, k, N, M, L)) {  // both families priced by one model; the tiled plan on a tie
     double wp_us = -1.0;
     const Plan wp = choose_warp_packed(m, n, k, N, M, num_sms, clusters, &wp_us);
-    if (best_us < 0 || wp_us < best_us) best = wp;
+    if (best_us < 0 || wp_us < best_us) {
+      best = wp;
+      best_us = wp_us;
+    }
+  }
+  if (clusters && producer_plans_enabled() && kernel_supports(kProducer128x256, m, N, M, L, has_col_info)) {
+    const int64_t kblocks = ceil_div_i(k, producer_shape(N, M).kb);
+    for (int split = 1; split <= kMaxTiledSplit; split *= 2) {
+      if (split > 1 && kblocks / split < 4) break;
+      const double us = producer_cost_us(m, n, k, N, M, split, num_sms);
+      if (best_us < 0 || us < best_us) {
+        best_us = us;
+        best = {kProducer128x256, split};
+      }
+    }
   }
   return best;
 }

@@ -34,7 +34,16 @@ PACKED = (6, 7, 8)
 CLUSTER = {12: 2, 13: 2, 14: 2, 15: 16, 16: 16, 17: 16}  # cluster decode kernel -> largest m (sm_90)
 STAGED = (15, 16, 17)  # of which the staged decode kernels (x staged in shared memory)
 WARP_PACKED = (18, 19, 20)  # L >= 32, any M
-NUM_KERNELS = 21
+PRODUCER = (21,)  # sm_90, L >= 32, patterns with 8 / 12 / 16 compressed rows per 32 inputs (or 4:32)
+NUM_KERNELS = 22
+
+
+def producer_wb(N, M):
+    """csrc/dispatch.h::producer_shape: compressed rows per stage of kernel 21 (0: not built for it)."""
+    if M > 32 or 32 % M:
+        return 0
+    wb = 32 // M * N
+    return wb if wb in (8, 12, 16) else 8 if wb == 4 else 0
 
 
 def decode_m(kernel, m, other):
@@ -61,6 +70,8 @@ def supports(kernel, m, N, M, L, has_col_info=True):
         return L >= 16 and M <= 64
     if kernel in WARP_PACKED:
         return L >= 32
+    if kernel in PRODUCER:
+        return L >= 32 and producer_wb(N, M) > 0
     return L >= 16 and M <= 64 and has_col_info
 
 
@@ -148,7 +159,7 @@ def effective_split(w, m, kernel, split_k, with_col_info=True):
         kernel, split_k = ops.spmm_heuristic(m, w.n, w.k, w.N, w.M, w.L, with_col_info, num_sms())
     if kernel == GENERIC or kernel in CLUSTER:
         return 1
-    if split_k == 2 and cluster_split():
+    if split_k == 2 and cluster_split() and kernel not in PRODUCER:
         return 1  # reduced in a cluster, no workspace
     return split_k  # workspace blocks
 
@@ -216,7 +227,7 @@ def _plan_cases():
         add(kernel, N, M, 32, m, (3, 5, 6, 7, 16))
     # Tiled split-K that is not a power of two (3), and more splits than k-blocks (8, 16: empty
     # splits), with 17 and 255 rows.
-    for kernel, (N, M), m in itertools.product(TILED + PACKED + WARP_PACKED, PATTERNS, (17, 255)):
+    for kernel, (N, M), m in itertools.product(TILED + PACKED + WARP_PACKED + PRODUCER, PATTERNS, (17, 255)):
         add(kernel, N, M, 32, m, (3, 8, 16))
     for L, kernel, (N, M), m in itertools.product((4, 16, 64, 128), range(NUM_KERNELS), PATTERNS_ALL, MS_OTHER_L):
         add(kernel, N, M, L, m, (1, 4))
@@ -247,7 +258,7 @@ def test_auto_path_matches_fp64(pattern, L, with_col_info):
         run_checked(w, x, None, 1, w.bias if m % 2 else None, with_col_info)
 
 
-@pytest.mark.parametrize("kernel,split_k", [(None, 1)] + [(k, s) for k in TILED + PACKED + WARP_PACKED for s in (1, 2)])
+@pytest.mark.parametrize("kernel,split_k", [(None, 1)] + [(k, s) for k in TILED + PACKED + WARP_PACKED + PRODUCER for s in (1, 2)])
 @pytest.mark.parametrize("m", [1000, 4096])
 @pytest.mark.parametrize("pattern", [(2, 4), (8, 32)], ids=lambda p: f"{p[0]}:{p[1]}")
 def test_large_m(pattern, m, kernel, split_k):
@@ -276,7 +287,7 @@ def test_llama_shapes(shape, pattern):
     for kernel, split_k, m in [(DECODE, 1, 16), (DECODE, 8, 3), (12, 8, 1), (12, 2, 2), (13, 1, 1),
                                (12, 16, 1), (12, 11, 2), (13, 16, 2), (14, 16, 1), (14, 4, 2), (15, 1, 16),
                                (15, 8, 5), (15, 16, 8), (15, 13, 16), (16, 2, 9), (16, 4, 1), (16, 14, 16), (17, 1, 3), (17, 8, 16),
-                               (17, 16, 4)] + [(k, s, 256) for k in TILED + PACKED + WARP_PACKED for s in (1, 4)]:
+                               (17, 16, 4)] + [(k, s, 256) for k in TILED + PACKED + WARP_PACKED + PRODUCER for s in (1, 4)]:
         run_checked(w, torch.randn(m, w.k, device=DEV), kernel, split_k, w.bias)
 
 
@@ -367,7 +378,7 @@ def test_repeated_calls_and_interleaved_shapes():
 
 DET_PLANS = [(GENERIC, 1), (DECODE, 1), (DECODE, 2), (DECODE, 8), (DECODE, 32), (12, 1), (12, 8), (13, 4),
              (14, 2), (15, 1), (16, 8), (17, 4), (None, 1)] + \
-    [(k, s) for k in TILED + PACKED + WARP_PACKED for s in (1, 2, 3, 4, 16)]
+    [(k, s) for k in TILED + PACKED + WARP_PACKED + PRODUCER for s in (1, 2, 3, 4, 16)]
 
 
 @pytest.mark.parametrize("plan", DET_PLANS, ids=fam_id)
@@ -428,7 +439,7 @@ def test_cluster_split_bitwise_equals_workspace_split(tmp_path):
         pytest.skip("split-K reduces through the workspace on this device")
     w = large_weight(512, 2048, 2, 8)
     x = torch.randn(200, w.k, device=DEV)
-    assert_switch_keeps_bits(tmp_path, "ws", w, x, [(k, 2) for k in TILED + PACKED + WARP_PACKED],
+    assert_switch_keeps_bits(tmp_path, "ws", w, x, [(k, 2) for k in TILED + PACKED + WARP_PACKED + PRODUCER],
                              "cluster and workspace reductions", NMSPMM_NO_CLUSTER_SPLIT="1")
 
 
@@ -440,7 +451,7 @@ def test_workspace_split_repeated_and_graphed():
     values, indices, N, M, L, (cols, packed) = w.args()
     x = torch.randn(200, w.k, device=DEV)
     small = torch.randn(40, w.k, device=DEV)
-    for k in (5, 19):  # a tiled and a warp-packed kernel
+    for k in (5, 19, 21):  # a tiled, a warp-packed and the warp-specialized kernel
         first = ops.spmm_with_plan(x, values, indices, N, M, L, None, None, None, k, 4)
         ref, scale = w.reference(x, None)
         check(first, ref, scale)
@@ -490,7 +501,7 @@ def test_launch_during_transpose_bitwise_equals_plain_stream_order(tmp_path):
         pytest.skip("no programmatic dependent launch on this device")
     for N in (4, 16):
         w = large_weight(2048, 1024, N, 32)
-        plans = [(k, s) for k in WARP_PACKED + TILED for s in (1, 2, 4)] + [(k, s) for k in PACKED for s in (1, 2)]
+        plans = [(k, s) for k in WARP_PACKED + TILED + PRODUCER for s in (1, 2, 4)] + [(k, s) for k in PACKED for s in (1, 2)]
         for m in (40, 300, 1000):
             x = torch.randn(m, w.k, device=DEV)
             x.mul_(2.0)  # x comes from a kernel launched just before the op
@@ -505,7 +516,7 @@ def test_chain_reads_previous_output():
         pytest.skip("no programmatic dependent launch on this device")
     w = large_weight(1024, 1024, 8, 32)
     values, indices, N, M, L, (cols, packed) = w.args()
-    for k in WARP_PACKED + TILED + PACKED:
+    for k in WARP_PACKED + TILED + PACKED + PRODUCER:
         x = torch.randn(256, 1024, device=DEV)
         ys = [x]
         for _ in range(4):

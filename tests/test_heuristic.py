@@ -19,7 +19,16 @@ PACKED = {6, 7, 8}
 CLUSTER_DECODE = {12: 2, 13: 2, 14: 2}  # kernel -> largest m
 STAGED_DECODE = {15, 16, 17}  # m <= 16, M <= 512
 WARP_PACKED = {18, 19, 20}  # L >= 32
-NUM_KERNELS = 21
+PRODUCER = {21}  # sm_90 (clusters), L >= 32, 8 / 12 / 16 compressed rows per 32 inputs (or 4:32)
+NUM_KERNELS = 22
+
+
+def producer_wb(N, M):
+    """csrc/dispatch.h::producer_shape: compressed rows per stage of kernel 21 (0: not built for it)."""
+    if M > 32 or 32 % M:
+        return 0
+    wb = 32 // M * N
+    return wb if wb in (8, 12, 16) else 8 if wb == 4 else 0
 
 
 def supports(kernel, m, N, M, L, has_col_info):
@@ -40,6 +49,8 @@ def supports(kernel, m, N, M, L, has_col_info):
         return L >= 16 and M <= 64 and has_col_info
     if kernel in WARP_PACKED:
         return L >= 32
+    if kernel in PRODUCER:
+        return L >= 32 and producer_wb(N, M) > 0
     return False
 
 
@@ -105,6 +116,8 @@ def _check(m, n, k, N, M, L, has_col_info, sms, clusters=True):
             assert 1 <= split_k <= 8, where
     if kernel in PACKED:
         assert has_col_info, where
+    if kernel in PRODUCER:
+        assert clusters, where  # tensor copies and mbarriers: compute capability 9.0
     return kernel, split_k
 
 
@@ -227,11 +240,13 @@ def test_heuristic_prefill_families_at_long_vectors():
     # L >= 32: the tiled and warp-packed plans are priced by one cost model and the cheaper is taken.
     # At 75% sparsity and more the warp-packed kernels win every swept shape by a margin (session 23
     # A/B; session-24 flushed sweeps), and the model takes them.
+    # Since session 28 the warp-specialized kernel (21) competes too, on devices with clusters.
     for m in (17, 64, 256, 1000, 4096):
         for (N, M), L in itertools.product(((8, 32), (4, 32), (2, 8), (1, 4), (8, 64)), (32, 64, 128)):
-            assert plan(m, 4096, 4096, N, M, L, False)[0] in WARP_PACKED, (m, N, M, L)
+            assert plan(m, 4096, 4096, N, M, L, False)[0] in WARP_PACKED | PRODUCER, (m, N, M, L)
+            assert plan(m, 4096, 4096, N, M, L, False, clusters=False)[0] in WARP_PACKED, (m, N, M, L)
         for (N, M), L in itertools.product(((16, 32), (12, 32), (2, 4)), (32, 128)):
-            assert plan(m, 4096, 4096, N, M, L, False)[0] in TILED | set(WARP_PACKED), (m, N, M, L)
+            assert plan(m, 4096, 4096, N, M, L, False)[0] in TILED | WARP_PACKED | PRODUCER, (m, N, M, L)
 
 
 # (m, n, k, N) at L = 32 where one family's best plan beat the other's by more than 10% in both
@@ -248,7 +263,10 @@ def test_heuristic_family_where_measured_apart(point):
 def test_heuristic_warp_packed_full_grid_takes_128x128():
     # Four or more waves of 128x128 tiles (2 per SM) without a split: the 128x128 kernel, split 1.
     assert plan(4096, 4096, 4096, 4, 32, 32, False) == (18, 1)
-    assert plan(4096, 24576, 8192, 8, 32, 32, False) == (18, 1)
+    assert plan(4096, 24576, 8192, 8, 32, 32, False, clusters=False) == (18, 1)
+    # With clusters (sm_90) the warp-specialized kernel takes 8:32 on full grids (session-28 probe:
+    # 0.97x the 128x128 warp-packed kernel's time at 4096^3), without a split.
+    assert plan(4096, 24576, 8192, 8, 32, 32, False) == (21, 1)
     # Small m: a smaller tile or a split fills the GPU.
     kernel, split = plan(64, 4096, 4096, 4, 32, 32, False)
     assert kernel in (19, 20) or split > 1

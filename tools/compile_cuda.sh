@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Compile-only check of every CUDA source (csrc/cuda/**/*.cu) with nvcc, for sm_90 and sm_80,
+# Compile-only check of every CUDA source (csrc/cuda/**/*.cu) with nvcc, for sm_90a and sm_80,
 # on a machine without a GPU and with a CPU-only torch. Nothing is linked or run: the point is
 # that a kernel or binding change that does not compile fails CI before it reaches a GPU box.
 #
@@ -41,13 +41,13 @@ trap 'rm -rf "$LOGDIR"' EXIT
 
 # One nvcc call per file builds device code for both architectures (the host pass runs once).
 FLAGS=(-std=c++20 -c -o /dev/null
-       -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80
+       -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_80,code=sm_80
        --expt-relaxed-constexpr -diag-suppress 3306
        -I csrc -I tools/compile_check_include
        -I "$TORCH/include" -I "$TORCH/include/torch/csrc/api/include")
 
 echo "compile_cuda.sh: $("$NVCC" --version | tail -n 1)"
-echo "compile_cuda.sh: ${#files[@]} file(s), sm_90 + sm_80, $JOBS in parallel"
+echo "compile_cuda.sh: ${#files[@]} file(s), sm_90a + sm_80, $JOBS in parallel"
 
 compile_one() {
   local f="$1" log start

@@ -4,7 +4,7 @@
 #   bash tools/gpu_session.sh [tests] [sanitize] [quick] [full] [e2e]
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} MAX_JOBS=${MAX_JOBS:-16} HF_HUB_OFFLINE=1
+export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0a} MAX_JOBS=${MAX_JOBS:-16} HF_HUB_OFFLINE=1
 t0=$(date +%s)
 python3 -m pip install --no-build-isolation --no-deps -e . > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
 echo "build: $(( $(date +%s) - t0 )) s"

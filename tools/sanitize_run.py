@@ -18,14 +18,16 @@ for (m, n, k, N, M, L) in cases:
     x = torch.randn(m, k, device="cuda")
     ref = x.double() @ nmspmm.decompress(p).double().t()
     only = os.environ.get("NMSPMM_SANITIZE_KERNELS")
-    for kernel in (range(21) if not only else [int(v) for v in only.split(",")]):
+    for kernel in (range(22) if not only else [int(v) for v in only.split(",")]):
         if kernel == 1 and (m > 16 or L < 4):
             continue
         if 12 <= kernel <= 14 and (m > 2 or L < 4):  # cluster decode
             continue
         if 15 <= kernel <= 17 and (m > 16 or L < 4):  # staged decode
             continue
-        if kernel >= 18 and L < 32:  # warp-packed
+        if kernel >= 18 and L < 32:  # warp-packed, warp-specialized
+            continue
+        if kernel == 21 and not (M <= 32 and 32 // M * N in (4, 8, 12, 16)):  # warp-specialized patterns
             continue
         if 2 <= kernel < 12 and L < 16:
             continue

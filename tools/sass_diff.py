@@ -27,7 +27,7 @@ KDIR = os.path.join("csrc", "cuda", "kernels")
 def sass_by_function(src_root, name, out_dir, cuobjdump):
     """{function: (normalized instruction lines, registers)} of one .cu file."""
     cubin = os.path.join(out_dir, name + ".cubin")
-    subprocess.run(["nvcc", "-std=c++17", "-O3", "-arch=sm_90", "-cubin", name, "-o", cubin],
+    subprocess.run(["nvcc", "-std=c++17", "-O3", "-arch=sm_90a", "-cubin", name, "-o", cubin],
                    cwd=os.path.join(src_root, KDIR), check=True, capture_output=True)
     text = subprocess.run([cuobjdump, "-sass", cubin], check=True, capture_output=True, text=True).stdout
     res = subprocess.run([cuobjdump, "-res-usage", cubin], check=True, capture_output=True, text=True).stdout

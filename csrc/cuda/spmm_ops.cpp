@@ -189,6 +189,8 @@ at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const a
     TORCH_CHECK(!is_cluster_decode_kernel(static_cast<int>(kernel)) || clusters,
                 "nmspmm.spmm_with_plan: kernel ", kernel,
                 " uses thread-block clusters and needs compute capability 9.0 or newer");
+    TORCH_CHECK(!is_producer_kernel(static_cast<int>(kernel)) || clusters, "nmspmm.spmm_with_plan: kernel ",
+                kernel, " uses tensor copies and mbarriers and needs compute capability 9.0 or newer");
   }
   at::Tensor y = at::empty({m, out}, x.options().dtype(at::kFloat));
   if (m == 0 || out == 0) return y.to(dtype).reshape(out_shape);
@@ -243,7 +245,8 @@ at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const a
   }
   // The tiled, packing and warp-packed kernels start during the x transpose launched just before
   // them in plain stream order (so after everything before the call): no weight hazard.
-  if (is_warp_packed_kernel(plan.kernel) || is_tiled_kernel(plan.kernel) || is_packed_kernel(plan.kernel))
+  if (is_warp_packed_kernel(plan.kernel) || is_tiled_kernel(plan.kernel) || is_packed_kernel(plan.kernel) ||
+      is_producer_kernel(plan.kernel))
     p.dependent_launch = p.overlap_launches && xt_overlap_enabled();
   const cudaError_t err = kernels::launch_spmm(p, plan.kernel, stream);
   TORCH_CHECK(err == cudaSuccess, "nmspmm.spmm: kernel ", plan.kernel, " (split_k=", plan.split_k,

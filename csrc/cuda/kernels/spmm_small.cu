@@ -16,6 +16,7 @@
 #include "launch_overlap.cuh"
 #include "spmm.h"
 #include "spmm_decode.h"
+#include "spmm_producer.h"
 #include "spmm_tiled.h"
 #include "spmm_warp_packed.h"
 
@@ -307,6 +308,18 @@ cudaError_t launch_tiled_any_l(const SpmmParams& p, cudaStream_t stream) {
   return launch_tiled<TiledConfig<BM, BN, TM, KB, PACKED, false>>(p, stream);
 }
 
+// Kernel 21 for the pattern's k-block and compressed rows per k-block (producer_shape).
+cudaError_t launch_producer_any(const SpmmParams& p, cudaStream_t stream) {
+  const ProducerShape s = producer_shape(p.N, p.M);
+  if (s.kb == 64 && s.wb == 8) return launch_producer<ProducerConfig<1, 8, 64, 8, 3>>(p, stream);
+  switch (s.wb) {
+    case 8: return launch_producer<ProducerConfig<1, 8, 32, 8, 4>>(p, stream);
+    case 12: return launch_producer<ProducerConfig<1, 8, 32, 12, 4>>(p, stream);
+    case 16: return launch_producer<ProducerConfig<1, 8, 32, 16, 4>>(p, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
 template <int BM, int BN, int TM>
 cudaError_t launch_nonpacked(const SpmmParams& p, cudaStream_t stream) {
   if (p.M <= 32) return launch_tiled_any_l<BM, BN, TM, 32, false>(p, stream);
@@ -366,6 +379,7 @@ cudaError_t launch_spmm(const SpmmParams& p, int kernel, cudaStream_t stream) {
     case kWarpPacked128x128: err = launch_warp_packed<WarpPacked128x128>(p, stream); break;
     case kWarpPacked64x128: err = launch_warp_packed<WarpPacked64x128>(p, stream); break;
     case kWarpPacked32x128: err = launch_warp_packed<WarpPacked32x128>(p, stream); break;
+    case kProducer128x256: err = launch_producer_any(p, stream); break;
     default: return cudaErrorInvalidValue;
   }
   if (err != cudaSuccess || !uses_split) return err;

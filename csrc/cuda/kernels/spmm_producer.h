@@ -1,0 +1,28 @@
+// Declarations of the warp-specialized kernel's launchers (spmm_producer.cuh), explicitly
+// instantiated in spmm_producer.cu.
+#pragma once
+#include "spmm.h"
+
+namespace nmspmm {
+namespace kernels {
+
+// WARPS_M x WARPS_N math warps of 128 x 32 outputs (16x8 thread tiles), KB inputs and WB compressed
+// rows per stage, STAGES-deep ring of shared-memory stages.
+template <int WARPS_M, int WARPS_N, int KB, int WB, int STAGES>
+struct ProducerConfig;
+
+template <class C>
+cudaError_t launch_producer(const SpmmParams& p, cudaStream_t stream);
+
+// Kernel 21: 128x256 tiles (8 math warps), chosen in the session-28 probe
+// (benchmarks/results/h100/experiments/s28_producer_probe2.txt: 256x128 measured the same, 128x128
+// with 2 blocks per SM at 168 registers 8-10% slower). k-blocks of 32 with 8 / 12 / 16 compressed
+// rows and 4 stages; k-blocks of 64 with 8 rows (4:32) and 3 stages.
+#define NMSPMM_PRODUCER_CONFIGS(X) X(1, 8, 32, 8, 4) X(1, 8, 32, 12, 4) X(1, 8, 32, 16, 4) X(1, 8, 64, 8, 3)
+#define NMSPMM_DECLARE_PRODUCER(WM, WN, KB, WB, S) \
+  extern template cudaError_t launch_producer<ProducerConfig<WM, WN, KB, WB, S>>(const SpmmParams&, cudaStream_t);
+NMSPMM_PRODUCER_CONFIGS(NMSPMM_DECLARE_PRODUCER)
+#undef NMSPMM_DECLARE_PRODUCER
+
+}  // namespace kernels
+}  // namespace nmspmm
