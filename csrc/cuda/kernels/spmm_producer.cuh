@@ -12,7 +12,7 @@
 //     shared memory, computed from the index bytes, which the producer fetches a stage ahead;
 //   * stage s is published through the mbarrier full[s % STAGES] (the producer's 32 lanes arrive
 //     after their D_s stores; lane 0's arrival sets the tensor copies' bytes as the phase's
-//     transactions) and released through empty[s % STAGES] (one arrival per math warp).
+//     transactions) and released through empty[s % STAGES] (one arrival per math thread).
 // The math warps wait on full[], load fragments from shared memory and issue FFMAs: no copy
 // instructions, no block barrier in the main loop; a warp runs up to STAGES stages ahead of the
 // slowest. The producer warp's warpgroup gives its registers to the math warps (setmaxnreg, sm_90a:
@@ -166,7 +166,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)
 #pragma unroll
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(full_bar + 8 * s, 32);
-      mbar_init(empty_bar + 8 * s, C::MATH_WARPS);
+      mbar_init(empty_bar + 8 * s, C::MATH_THREADS);
     }
     mbar_init_fence();
   }
@@ -307,8 +307,10 @@ __global__ void __launch_bounds__(C::THREADS, 1)
         fma_frag(f);
       }
     }
-    __syncwarp();
-    if (lane == 0) mbar_arrive(empty_bar + 8 * slot);
+    // Every math thread releases the stage after its own last read of it (one arrival per warp
+    // after __syncwarp relied on the warp barrier's ordering, which racecheck reported as a hazard
+    // between these reads and the producer's next D_s stores).
+    mbar_arrive(empty_bar + 8 * slot);
   }
   allow_dependent_launch();  // the split-K reduction, if any, may start launching
 
