@@ -189,11 +189,14 @@ constexpr TiledCost kTiledCosts[] = {
     {kPacked32x128, 4, 0.621, 0.158, 0.0, 0.0, 64},
 };
 
-// Split-K candidates of the tiled kernels: 1, 2, 4, ..., kMaxTiledSplit, each split keeping >= 4
-// k-blocks. 16 (was 8) in session 16: on the small-m sweep with splits of 16 added
+// Split-K candidates of the prefill plans (every family), each split keeping >= 4 k-blocks (stages).
+// Up to 16 (was 8) since session 16: on the small-m sweep with splits of 16 added
 // (experiments/plan_sweep_session16_split16.csv) the best plan at m = 32 / 64 is 5.5 / 1.7% faster on
-// geomean (up to 1.46x), and the picks come 1.5 / 3.4% above it (6.5 / 4.9% with splits up to 8);
-// no pick at m >= 256 changes.
+// geomean (up to 1.46x). Until session 28 only powers of two; session 29 added 3, 5, 6, 7, 10 and 12,
+// which let a grid of few tiles fill its last wave (256x6656x17920 16:32: 52 tiles of 128x256 x 5
+// splits = 260 blocks, 2 rounds on 132 SMs, measured 1.24x faster than the best power-of-two plan;
+// flushed sweep experiments/s29_sweep_splits_*.csv). kMaxTiledSplit is the largest.
+constexpr int kSplitCandidates[] = {1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16};
 constexpr int kMaxTiledSplit = 16;
 
 // Fixed cost of a split-K reduction in microseconds: through the workspace (a second launch), and
@@ -297,7 +300,7 @@ inline double warp_packed_cost_us(const WarpPackedCost& c, int64_t m, int64_t n,
   return us + split_reduction_us(c.kernel, split, m, n, clusters);
 }
 
-// Prefill at L >= 32: the cheapest warp-packed plan (splits 1, 2, 4, ..., 16, each split keeping
+// Prefill at L >= 32: the cheapest warp-packed plan (kSplitCandidates, each split keeping
 // >= 4 stages) and its cost in *cost_us; only the 128x128 kernel on grids of kWarpPackedFullWaves
 // waves or more.
 inline Plan choose_warp_packed(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, int num_sms,
@@ -309,7 +312,7 @@ inline Plan choose_warp_packed(int64_t m, int64_t n, int64_t k, int64_t N, int64
   for (const WarpPackedCost& c : kWarpPackedCosts) {
     if (full && c.kernel != kWarpPacked128x128) continue;
     const int64_t chunks = (k / M * N + c.wb - 1) / c.wb;
-    for (int split = 1; split <= kMaxTiledSplit; split *= 2) {
+    for (const int split : kSplitCandidates) {
       if (split > 1 && chunks / split < 4) break;
       const double us = warp_packed_cost_us(c, m, n, k, N, M, split, num_sms, clusters);
       if (best_us < 0 || us < best_us) {
@@ -509,7 +512,7 @@ inline Plan choose_plan(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, i
     if (M > c.max_M || !kernel_supports(c.kernel, m, N, M, L, has_col_info)) continue;
     const int64_t kblocks = ceil_div_i(k, (is_packed_kernel(c.kernel) || M > 32) ? 64 : 32);
     const TileShape t = tile_shape(c.kernel);
-    for (int split = 1; split <= kMaxTiledSplit; split *= 2) {
+    for (const int split : kSplitCandidates) {
       // Each split keeps a useful k-extent (at least 4 k-blocks).
       if (split > 1 && kblocks / split < 4) break;
       // The 8-warp 128x128 kernel (8x8 thread tile) only pays while its grid is under one block
@@ -536,7 +539,7 @@ inline Plan choose_plan(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, i
   }
   if (clusters && producer_plans_enabled() && kernel_supports(kProducer128x256, m, N, M, L, has_col_info)) {
     const int64_t kblocks = ceil_div_i(k, producer_shape(N, M).kb);
-    for (int split = 1; split <= kMaxTiledSplit; split *= 2) {
+    for (const int split : kSplitCandidates) {
       if (split > 1 && kblocks / split < 4) break;
       const double us = producer_cost_us(m, n, k, N, M, split, num_sms);
       if (best_us < 0 || us < best_us) {

@@ -18,6 +18,7 @@ TILED_M32 = {9, 10}  # k-block 32 only
 PACKED = {6, 7, 8}
 CLUSTER_DECODE = {12: 2, 13: 2, 14: 2}  # kernel -> largest m
 STAGED_DECODE = {15, 16, 17}  # m <= 16, M <= 512
+PREFILL_SPLITS = {1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16}  # split-K candidates of the prefill plans
 WARP_PACKED = {18, 19, 20}  # L >= 32
 PRODUCER = {21}  # sm_90 (clusters), L >= 32, 8 / 12 / 16 compressed rows per 32 inputs (or 4:32)
 NUM_KERNELS = 22
@@ -79,8 +80,10 @@ def _check(m, n, k, N, M, L, has_col_info, sms, clusters=True):
     assert isinstance(split_k, int) and 1 <= split_k <= 64, where
     if kernel in CLUSTER_DECODE:
         pass  # any cluster size 1..16 / 1..8 (below)
-    elif kernel not in STAGED_DECODE:
+    elif kernel == DECODE:
         assert split_k & (split_k - 1) == 0, where  # powers of two
+    elif kernel not in STAGED_DECODE:
+        assert split_k in PREFILL_SPLITS, where  # kSplitCandidates in csrc/dispatch.h
     else:
         # The staged grid stays within 1.7 blocks per SM (clusters that fit one wave), unless even
         # the widest tile without a k-split exceeds it.

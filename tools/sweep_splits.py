@@ -2,10 +2,12 @@
 prefill kernels, timed as the benchmark times a call (L2 flushed, median; tools/sweep_flushed.Flushed):
 
     python tools/sweep_splits.py --ms 256,512,1024,2048 --Ns 16,12,8,4 --out DIR
+    python tools/sweep_splits.py --grid llama --ms 32,64,128 --out DIR
 
-Per shape of the 100 NM-SpMM points: the heuristic's plan, and kernels 21 (warp-specialized),
-18-20 (warp-packed) and 5, 3, 2 (tiled) at every split 1..8, 10, 12, 16 that keeps >= 4 k-blocks
-(stages) per split and whose grid stays within 3 waves (--kernels narrows the set). Every output is
+Per shape of the 100 NM-SpMM points (or of the llama suite's (n, k)): the heuristic's plan, and
+kernels 21 (warp-specialized), 18-20 (warp-packed) and 5, 3, 2 (tiled) at every split 1..8, 10, 12,
+16 that keeps >= 4 k-blocks (stages) per split and whose grid stays within --waves waves
+(--kernels narrows the set). Every output is
 checked against the heuristic plan's. Writes sweep_splits.csv (m, n, k, N, kernel, split, ms,
 heur_kernel, heur_split, diff) one shape at a time, and prints per shape the heuristic's time and
 the best plan's."""
@@ -20,7 +22,7 @@ import torch
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
 import nmspmm  # noqa: E402
-from shapes import NMSPMM100_NK  # noqa: E402
+from shapes import NMSPMM100_NK, llama_shapes  # noqa: E402
 from sweep_flushed import Flushed  # noqa: E402
 
 ops = torch.ops.nmspmm
@@ -39,7 +41,7 @@ def units(c, k, N, M):
     return math.ceil(k / (32 if M <= 32 else 64))
 
 
-def candidates(m, n, k, N, M, sms, kernels):
+def candidates(m, n, k, N, M, sms, kernels, waves):
     out = []
     for c in kernels:
         bm, bn, bps = TILE[c]
@@ -48,7 +50,7 @@ def candidates(m, n, k, N, M, sms, kernels):
         u = units(c, k, N, M)
         ctas1 = math.ceil(m / bm) * math.ceil(n / bn)
         for s in SPLITS:
-            if s > 1 and (u // s < 4 or ctas1 * s > 3 * sms * bps):
+            if s > 1 and (u // s < 4 or ctas1 * s > waves * sms * bps):
                 break
             out.append((c, s))
     return out
@@ -56,7 +58,9 @@ def candidates(m, n, k, N, M, sms, kernels):
 
 def main():
     ap = argparse.ArgumentParser()
+    ap.add_argument("--grid", default="nmspmm100", choices=("nmspmm100", "llama"))
     ap.add_argument("--ms", default="256,512,1024,2048")
+    ap.add_argument("--waves", type=float, default=4.5, help="largest grid, in waves of the kernel's blocks")
     ap.add_argument("--Ns", default="16,12,8,4")
     ap.add_argument("--kernels", default="21,18,19,20,5,3,2")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
@@ -75,14 +79,15 @@ def main():
     with open(path, "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=fields)
         w.writeheader()
-        for n, k in NMSPMM100_NK:
+        nks = list(NMSPMM100_NK) if a.grid == "nmspmm100" else sorted({(s.n, s.k) for s in llama_shapes(None, [ms[0]])})
+        for n, k in nks:
             weights = {N: nmspmm.compress(torch.randn(n, k, device="cuda"), N, M, L) for N in Ns}
             for m in ms:
                 x = torch.randn(m, k, device="cuda")
                 for N in Ns:
                     p = weights[N]
                     heur = tuple(ops.spmm_heuristic(m, n, k, N, M, L, False, sms))
-                    plans = [heur] + [c for c in candidates(m, n, k, N, M, sms, kernels) if c != heur]
+                    plans = [heur] + [c for c in candidates(m, n, k, N, M, sms, kernels, a.waves) if c != heur]
                     ref = None
                     times = {}
                     for c, s in plans:
