@@ -225,10 +225,10 @@ def _plan_cases():
     # Cluster sizes that are not powers of two: the last rank reduces a shorter slice of the tile.
     for kernel, (N, M), m in itertools.product(CLUSTER, PATTERNS, MS):
         add(kernel, N, M, 32, m, (3, 5, 6, 7, 16))
-    # Tiled split-K that is not a power of two (3), and more splits than k-blocks (8, 16: empty
-    # splits), with 17 and 255 rows.
+    # Split-K counts that are not powers of two (the heuristic's candidates 3, 5, 6, 7, 10, 12), and
+    # more splits than k-blocks (8, 16: empty splits), with 17 and 255 rows.
     for kernel, (N, M), m in itertools.product(TILED + PACKED + WARP_PACKED + PRODUCER, PATTERNS, (17, 255)):
-        add(kernel, N, M, 32, m, (3, 8, 16))
+        add(kernel, N, M, 32, m, (3, 5, 6, 7, 8, 10, 12, 16))
     for L, kernel, (N, M), m in itertools.product((4, 16, 64, 128), range(NUM_KERNELS), PATTERNS_ALL, MS_OTHER_L):
         add(kernel, N, M, L, m, (1, 4))
     for L, (N, M), m in itertools.product((1, 2, 8), PATTERNS_ALL, MS_OTHER_L):
@@ -258,7 +258,8 @@ def test_auto_path_matches_fp64(pattern, L, with_col_info):
         run_checked(w, x, None, 1, w.bias if m % 2 else None, with_col_info)
 
 
-@pytest.mark.parametrize("kernel,split_k", [(None, 1)] + [(k, s) for k in TILED + PACKED + WARP_PACKED + PRODUCER for s in (1, 2)])
+@pytest.mark.parametrize("kernel,split_k", [(None, 1)] + [(k, s) for k in TILED + PACKED + WARP_PACKED + PRODUCER for s in (1, 2)] +
+                         [(21, 5), (18, 3), (19, 7), (2, 6)])
 @pytest.mark.parametrize("m", [1000, 4096])
 @pytest.mark.parametrize("pattern", [(2, 4), (8, 32)], ids=lambda p: f"{p[0]}:{p[1]}")
 def test_large_m(pattern, m, kernel, split_k):
