@@ -444,19 +444,6 @@ def test_cluster_split_bitwise_equals_workspace_split(tmp_path):
                              "cluster and workspace reductions", NMSPMM_NO_CLUSTER_SPLIT="1")
 
 
-@pytest.mark.parametrize("pattern", [(16, 32), (12, 32), (8, 32), (4, 32), (2, 4)], ids=lambda p: f"{p[0]}:{p[1]}")
-def test_producer_row_major_x_bitwise_equals_xt(tmp_path, pattern):
-    # Kernel 21 reads row-major x through tensor copies and transposes each stage's box in shared
-    # memory (the default where x's rows are 16-byte aligned), or reads the k-major copy of x that
-    # the call writes first (NMSPMM_PRODUCER_XT=1): the same A_s, so the same bits. m = 200 and
-    # 1000 leave partial m-tiles; splits 1, 3, 5.
-    w = large_weight(512, 2048, *pattern)
-    for m in (200, 1000):
-        x = torch.randn(m, w.k, device=DEV)
-        assert_switch_keeps_bits(tmp_path, f"pxt{m}", w, x, [(21, 1), (21, 3), (21, 5)],
-                                 "row-major x and xT", NMSPMM_PRODUCER_XT="1")
-
-
 def test_workspace_split_repeated_and_graphed():
     # Split-K through the workspace (split 4: not a cluster) of a tiled and a warp-packed kernel:
     # repeated calls, calls of another shape and split in between (the allocator reuses the

@@ -69,17 +69,6 @@ bool overlap_enabled() {
   return enabled;
 }
 
-// NMSPMM_PRODUCER_XT=1 (read once) has the warp-specialized kernel (21) read the k-major copy of x
-// that the call writes first, as every other prefill kernel does, instead of row-major x: an A/B
-// switch, not a tuning knob.
-bool producer_x_enabled() {
-  static const bool enabled = [] {
-    const char* e = std::getenv("NMSPMM_PRODUCER_XT");
-    return e == nullptr || e[0] != '1';
-  }();
-  return enabled;
-}
-
 // NMSPMM_XT_OVERLAP=0 (read once; sessions 26 and 27 read it per call for their A/Bs) launches the
 // tiled, packing and warp-packed kernels in plain stream order after the x transpose instead of with
 // programmatic dependent launch (kernels::SpmmParams::dependent_launch). An A/B switch, not a tuning knob.
@@ -219,17 +208,12 @@ at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const a
   const bool cluster_split = clusters && cluster_split_enabled();
   const bool cluster_reduce = plan_reduces_in_cluster(plan.kernel, plan.split_k, cluster_split);
   if (plan_uses_workspace(plan.kernel, plan.split_k, cluster_split)) workspace = at::empty({plan.split_k, m, out}, y.options());
-  // The warp-specialized kernel reads row-major x through tensor copies where its rows are 16-byte
-  // aligned (no transpose, no xT); otherwise, and for every other prefill kernel, the call writes xT.
-  const int64_t ldx = x2.size(0) > 1 ? x2.stride(0) : in;
-  const bool producer_reads_x = is_producer_kernel(plan.kernel) && producer_x_enabled() &&
-                                aligned16(x2.data_ptr()) && ldx % 4 == 0;
-  if (kernel_reads_xt(plan.kernel) && !producer_reads_x)
+  if (kernel_reads_xt(plan.kernel))
     xt = at::empty({in, kernels::tiled_xt_ld(m)}, y.options());
 
   kernels::SpmmParams p{};
   p.x = x2.data_ptr<float>();
-  p.ldx = ldx;
+  p.ldx = x2.size(0) > 1 ? x2.stride(0) : in;
   p.xt = xt.defined() ? xt.data_ptr<float>() : nullptr;
   p.ldxt = xt.defined() ? xt.size(1) : 0;
   p.values = vals.data_ptr<float>();
@@ -261,11 +245,9 @@ at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const a
   }
   // The tiled, packing and warp-packed kernels start during the x transpose launched just before
   // them in plain stream order (so after everything before the call): no weight hazard.
-  // Without a transpose before it (producer_reads_x) the kernel goes in plain stream order: it reads
-  // index bytes before its dependency wait.
   if (is_warp_packed_kernel(plan.kernel) || is_tiled_kernel(plan.kernel) || is_packed_kernel(plan.kernel) ||
       is_producer_kernel(plan.kernel))
-    p.dependent_launch = p.overlap_launches && xt_overlap_enabled() && !producer_reads_x;
+    p.dependent_launch = p.overlap_launches && xt_overlap_enabled();
   const cudaError_t err = kernels::launch_spmm(p, plan.kernel, stream);
   TORCH_CHECK(err == cudaSuccess, "nmspmm.spmm: kernel ", plan.kernel, " (split_k=", plan.split_k,
               ") failed for m=", m, " n=", out, " k=", in, ": ", cudaGetErrorString(err));

@@ -62,22 +62,9 @@ struct ProducerConfig {
   static constexpr int D_FLOATS = (QT * WB + 31) / 32 * 32;  // keeps every stage 128-byte aligned
   static constexpr int STAGE_FLOATS = A_FLOATS + B_FLOATS + D_FLOATS;
   static constexpr size_t PIPE_BYTES = static_cast<size_t>(STAGES) * STAGE_FLOATS * sizeof(float);
-  // Reading row-major x (XROW): RAW_STAGES buffers of the stage's x box [BM][KB] (as KB / 32 boxes
-  // [BM][32]) after the stages, which the transposer warps turn into A_s.
-  static constexpr int RAW_STAGES = 2;
-  static constexpr int TRANSPOSERS = 96;  // the producer warpgroup's other 3 warps
-  static constexpr size_t RAW_BYTES = static_cast<size_t>(RAW_STAGES) * A_FLOATS * sizeof(float);
   static constexpr size_t TILE_BYTES = static_cast<size_t>(BM) * (BN + 4) * sizeof(float);
-  __host__ __device__ static constexpr size_t max_bytes(size_t a, size_t b) { return a > b ? a : b; }
-  template <bool XROW>
-  __host__ __device__ static constexpr size_t bar_offset() {
-    return (max_bytes(PIPE_BYTES + (XROW ? RAW_BYTES : 0), TILE_BYTES) + 15) / 16 * 16;
-  }
-  // mbarriers: full[STAGES], empty[STAGES] (+ raw_full[RAW_STAGES], raw_empty[RAW_STAGES]).
-  template <bool XROW>
-  __host__ __device__ static constexpr size_t smem_bytes() {
-    return bar_offset<XROW>() + (2 * STAGES + (XROW ? 2 * RAW_STAGES : 0)) * sizeof(uint64_t) + 128;  // + alignment
-  }
+  static constexpr size_t BAR_OFFSET = ((PIPE_BYTES > TILE_BYTES ? PIPE_BYTES : TILE_BYTES) + 15) / 16 * 16;
+  static constexpr size_t SMEM_BYTES = BAR_OFFSET + 2 * STAGES * sizeof(uint64_t) + 128;  // + alignment
   static_assert(WB % 4 == 0 && WB >= 4 && WB <= 32 && WB <= KB, "WB must be a multiple of 4 in [4, min(32, KB)]");
   static_assert(KB == 32 || KB == 64, "KB must be 32 or 64");
   static_assert(MATH_WARPS % 4 == 0, "the producer warpgroup must be warpgroup-aligned");
@@ -152,23 +139,18 @@ __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
-// XROW: tm_a maps row-major x [m, k] in BM x 32 boxes (else xT [k, ldxt] in KB x BM boxes).
-template <class C, bool XROW>
+template <class C>
 __global__ void __launch_bounds__(C::THREADS, 1)
     spmm_producer_kernel(const SpmmParams p, const __grid_constant__ CUtensorMap tm_a,
                          const __grid_constant__ CUtensorMap tm_b) {
   constexpr int KB = C::KB, WB = C::WB, BM = C::BM, BN = C::BN, STAGES = C::STAGES, QT = C::QT;
-  constexpr int RAW = C::RAW_STAGES;
   extern __shared__ float4 smem_f4[];
   // Tensor copies need 128-byte aligned destinations.
-  const uint32_t dyn_base = smem_addr(smem_f4);
-  float* const smem = reinterpret_cast<float*>(smem_f4) + (((128 - (dyn_base & 127)) & 127) / 4);
+  const uint32_t raw_base = smem_addr(smem_f4);
+  float* const smem = reinterpret_cast<float*>(smem_f4) + (((128 - (raw_base & 127)) & 127) / 4);
   const uint32_t smem_base = smem_addr(smem);
-  const uint32_t full_bar = smem_base + static_cast<uint32_t>(C::template bar_offset<XROW>());
+  const uint32_t full_bar = smem_base + static_cast<uint32_t>(C::BAR_OFFSET);
   const uint32_t empty_bar = full_bar + 8 * STAGES;
-  const uint32_t raw_full_bar = empty_bar + 8 * STAGES;  // XROW only
-  const uint32_t raw_empty_bar = raw_full_bar + 8 * RAW;
-  const uint32_t raw_smem = smem_base + static_cast<uint32_t>(C::PIPE_BYTES);
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int64_t m0 = static_cast<int64_t>(blockIdx.x) * BM;
@@ -183,16 +165,8 @@ __global__ void __launch_bounds__(C::THREADS, 1)
   if (tid == 0) {
 #pragma unroll
     for (int s = 0; s < STAGES; ++s) {
-      // XROW: the transposers' stores into A_s are part of the stage, so they arrive too.
-      mbar_init(full_bar + 8 * s, 32 + (XROW ? C::TRANSPOSERS : 0));
+      mbar_init(full_bar + 8 * s, 32);
       mbar_init(empty_bar + 8 * s, C::MATH_THREADS);
-    }
-    if (XROW) {
-#pragma unroll
-      for (int r = 0; r < RAW; ++r) {
-        mbar_init(raw_full_bar + 8 * r, 1);
-        mbar_init(raw_empty_bar + 8 * r, C::TRANSPOSERS);
-      }
     }
     mbar_init_fence();
   }
@@ -201,43 +175,6 @@ __global__ void __launch_bounds__(C::THREADS, 1)
   if (warp >= C::MATH_WARPS) {
     // ---------------- producer warpgroup (its first warp works) ----------------
     setmaxnreg_dec<40>();
-    if (XROW && warp > C::MATH_WARPS) {
-      // Transposers: raw x box [BM][KB] (as KB / 32 boxes [BM][32]) -> A_s [KB][BM]. Unit u of
-      // (KB / 32) x 4 x 2: box j = u / 8, rows 32 i + lane (i = u / 2 % 4), k groups of 4 (16-byte
-      // chunks) 4 h .. 4 h + 3 of the row (h = u % 2), each lane starting at its own chunk
-      // (c = (4 h + cc + lane) % 8) so the 8 lanes of a 16-byte load phase hit 8 different bank
-      // quads; the 4-byte stores along m hit 32 banks.
-      constexpr int UNITS = KB / 32 * 8;
-      const int tw = warp - C::MATH_WARPS - 1;
-#pragma unroll 1
-      for (int s = 0; s < nk; ++s) {
-        const int slot = s % STAGES, rslot = s % RAW;
-        mbar_wait(raw_full_bar + 8 * rslot, (s / RAW) & 1);
-        if (s >= STAGES) mbar_wait(empty_bar + 8 * slot, ((s / STAGES) - 1) & 1);
-        const float* const X = smem + C::PIPE_BYTES / 4 + rslot * C::A_FLOATS;
-        float* const A = smem + slot * C::STAGE_FLOATS;
-#pragma unroll 1
-        for (int u = tw; u < UNITS; u += C::TRANSPOSERS / 32) {
-          const int j = u >> 3, i = (u >> 1) & 3, h = u & 1;
-          const int row = 32 * i + lane;
-          const float* const xr = X + j * (BM * 32) + row * 32;
-          float* const ac = A + 32 * j * BM + row;
-#pragma unroll
-          for (int cc = 0; cc < 4; ++cc) {
-            const int c = (4 * h + cc + lane) & 7;
-            const float4 v = *reinterpret_cast<const float4*>(xr + 4 * c);
-            float* const a = ac + 4 * c * BM;
-            a[0] = v.x;
-            a[BM] = v.y;
-            a[2 * BM] = v.z;
-            a[3 * BM] = v.w;
-          }
-        }
-        mbar_arrive(raw_empty_bar + 8 * rslot);  // the raw box is read
-        mbar_arrive(full_bar + 8 * slot);        // releases this thread's A_s stores
-      }
-      return;
-    }
     if (warp != C::MATH_WARPS) return;
     const int64_t q = N_ / p.L;
     const int64_t vec0 = n0 / p.L;
@@ -266,25 +203,10 @@ __global__ void __launch_bounds__(C::THREADS, 1)
         raw[d] = (s < nk && d_ok[d] && u0 + d_row[d] < w) ? __ldg(d_src[d] + u0 * q) : 0;
     };
     fetch(0);
-    grid_dependency_wait();  // xT is written by the transpose launched just before (not XROW)
+    grid_dependency_wait();  // xT is written by the transpose launched just before
 #pragma unroll 1
     for (int s = 0; s < nk; ++s) {
       const int slot = s % STAGES;
-      if (XROW) {
-        // The stage's x box into a raw buffer as soon as the transposers are done with it (they
-        // run up to STAGES stages ahead of the math warps); rows past m, columns past k zero-filled.
-        const int rslot = s % RAW;
-        if (s >= RAW) mbar_wait(raw_empty_bar + 8 * rslot, ((s / RAW) - 1) & 1);
-        if (lane == 0) {
-          const uint32_t rbar = raw_full_bar + 8 * rslot;
-          const uint32_t dst = raw_smem + static_cast<uint32_t>(rslot * C::A_FLOATS * 4);
-          const int kx = static_cast<int>((kb_begin + s) * KB);
-          mbar_arrive_expect_tx(rbar, C::A_FLOATS * 4);
-#pragma unroll
-          for (int j = 0; j < KB / 32; ++j)
-            tensor_load_2d(dst + j * (BM * 32 * 4), &tm_a, kx + 32 * j, static_cast<int>(m0), rbar);
-        }
-      }
       if (s >= STAGES) mbar_wait(empty_bar + 8 * slot, ((s / STAGES) - 1) & 1);
       const uint32_t stage = smem_base + static_cast<uint32_t>(slot * C::STAGE_FLOATS * 4);
       int* const Ds = reinterpret_cast<int*>(smem + slot * C::STAGE_FLOATS + C::A_FLOATS + C::B_FLOATS);
@@ -302,8 +224,8 @@ __global__ void __launch_bounds__(C::THREADS, 1)
       // the transaction bytes); every lane's arrival releases its D_s stores.
       const uint32_t bar = full_bar + 8 * slot;
       if (lane == 0) {
-        mbar_arrive_expect_tx(bar, ((XROW ? 0 : C::A_FLOATS) + C::B_FLOATS) * 4);
-        if (!XROW) tensor_load_2d(stage, &tm_a, static_cast<int>(m0), static_cast<int>(k0), bar);
+        mbar_arrive_expect_tx(bar, (C::A_FLOATS + C::B_FLOATS) * 4);
+        tensor_load_2d(stage, &tm_a, static_cast<int>(m0), static_cast<int>(k0), bar);
         tensor_load_2d(stage + C::A_FLOATS * 4, &tm_b, static_cast<int>(n0), static_cast<int>(u0), bar);
       } else {
         mbar_arrive(bar);
@@ -450,37 +372,12 @@ inline bool encode_matrix(CUtensorMap* map, const float* base, int64_t rows, int
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-// Launches the warp-specialized kernel: on xT (p.xt, the k-major copy that launch_spmm writes
-// just before) or, with p.xt == nullptr, on row-major x itself (p.x: 16-byte aligned rows, ldx % 4 == 0;
-// the transposer warps build A_s). Refuses (cudaErrorInvalidValue) what it was not built for:
-// compute capability < 9.0, KB / M * N != WB, L < 32, cluster_reduce, unaligned values / x / xT /
-// output, sizes past the tensor copies' 32-bit coordinates.
-template <class C, bool XROW>
-cudaError_t launch_producer_kernel(const SpmmParams& p, cudaStream_t stream, const CUtensorMap& tm_a,
-                                   const CUtensorMap& tm_b) {
-  static bool configured[kMaxDevices] = {};
-  const cudaError_t err =
-      set_smem_limit_once(configured, spmm_producer_kernel<C, XROW>, static_cast<int>(C::template smem_bytes<XROW>()));
-  if (err != cudaSuccess) return err;
-  const int64_t mt = (p.m + C::BM - 1) / C::BM, ntl = (p.n + C::BN - 1) / C::BN;
-  if (mt > 0x7fffffff || ntl > 65535 || p.split_k > 65535) return cudaErrorInvalidConfiguration;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(mt), static_cast<unsigned>(ntl), static_cast<unsigned>(p.split_k));
-  cfg.blockDim = dim3(C::THREADS, 1, 1);
-  cfg.dynamicSmemBytes = C::template smem_bytes<XROW>();  // one block per SM: no padding needed under dependent launch
-  cfg.stream = stream;
-  // On xT: launched during the x transpose (p.dependent_launch): the producer waits for it before
-  // its first tensor copy; the math warps read only shared memory and write y.
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = p.dependent_launch ? 1 : 0;
-  return cudaLaunchKernelEx(&cfg, spmm_producer_kernel<C, XROW>, p, tm_a, tm_b);
-}
-
+// Launches the warp-specialized kernel. Refuses (cudaErrorInvalidValue) what it was not built for:
+// compute capability < 9.0, KB / M * N != WB, L < 32, cluster_reduce, unaligned values / xT / output,
+// sizes past the tensor copies' 32-bit coordinates.
 template <class C>
 cudaError_t launch_producer(const SpmmParams& p, cudaStream_t stream) {
+  static bool configured[kMaxDevices] = {};
   static int major[kMaxDevices] = {};
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) return cudaErrorInvalidDevice;
@@ -488,25 +385,34 @@ cudaError_t launch_producer(const SpmmParams& p, cudaStream_t stream) {
     return cudaErrorInvalidDevice;
   const int64_t w = p.k / p.M * p.N;
   constexpr int64_t kMaxCoord = 0x7fffffff;
-  const bool xrow = p.xt == nullptr;
   if (major[dev] < 9 || p.M > C::KB || C::KB % p.M != 0 || C::KB / p.M * p.N != C::WB || p.L < 32 ||
-      p.n % 32 != 0 || p.cluster_reduce || p.n > kMaxCoord || p.k > kMaxCoord || w > kMaxCoord)
+      p.n % 32 != 0 || p.cluster_reduce || p.xt == nullptr || p.ldxt % 4 != 0 || p.ldxt > kMaxCoord ||
+      p.n > kMaxCoord || p.k > kMaxCoord || w > kMaxCoord)
     return cudaErrorInvalidValue;
-  if (xrow ? (p.x == nullptr || p.ldx % 4 != 0 || p.ldx > kMaxCoord || p.m > kMaxCoord ||
-              reinterpret_cast<uintptr_t>(p.x) % 16 != 0 || p.dependent_launch)
-           : (p.ldxt % 4 != 0 || p.ldxt > kMaxCoord || reinterpret_cast<uintptr_t>(p.xt) % 16 != 0))
-    return cudaErrorInvalidValue;
-  if (reinterpret_cast<uintptr_t>(p.values) % 16 != 0 ||
+  if (reinterpret_cast<uintptr_t>(p.values) % 16 != 0 || reinterpret_cast<uintptr_t>(p.xt) % 16 != 0 ||
       reinterpret_cast<uintptr_t>(p.split_k > 1 ? p.workspace : p.y) % 16 != 0)
     return cudaErrorInvalidValue;
-  // A: x [m, k] (row stride ldx) in BM x 32 boxes, or xT [k, ldxt] in KB x BM boxes; B: values [w, n]
-  // in WB x BN boxes.
-  CUtensorMap tm_a, tm_b;
-  const bool a_ok = xrow ? encode_matrix(&tm_a, p.x, p.m, p.k, p.ldx, C::BM, 32)
-                         : encode_matrix(&tm_a, p.xt, p.k, p.ldxt, p.ldxt, C::KB, C::BM);
-  if (!a_ok || !encode_matrix(&tm_b, p.values, w, p.n, p.n, C::WB, C::BN)) return cudaErrorInvalidValue;
-  return xrow ? launch_producer_kernel<C, true>(p, stream, tm_a, tm_b)
-              : launch_producer_kernel<C, false>(p, stream, tm_a, tm_b);
+  const cudaError_t err = set_smem_limit_once(configured, spmm_producer_kernel<C>, static_cast<int>(C::SMEM_BYTES));
+  if (err != cudaSuccess) return err;
+  const int64_t mt = (p.m + C::BM - 1) / C::BM, ntl = (p.n + C::BN - 1) / C::BN;
+  if (mt > 0x7fffffff || ntl > 65535 || p.split_k > 65535) return cudaErrorInvalidConfiguration;
+  CUtensorMap tm_a, tm_b;  // xT [k, ldxt] in KB x BM boxes, values [w, n] in WB x BN boxes
+  if (!encode_matrix(&tm_a, p.xt, p.k, p.ldxt, p.ldxt, C::KB, C::BM) ||
+      !encode_matrix(&tm_b, p.values, w, p.n, p.n, C::WB, C::BN))
+    return cudaErrorInvalidValue;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(mt), static_cast<unsigned>(ntl), static_cast<unsigned>(p.split_k));
+  cfg.blockDim = dim3(C::THREADS, 1, 1);
+  cfg.dynamicSmemBytes = C::SMEM_BYTES;  // one block per SM: no padding needed under dependent launch
+  cfg.stream = stream;
+  // Launched during the x transpose (p.dependent_launch): the producer waits for it before its first
+  // tensor copy; the math warps read only shared memory and write y.
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = p.dependent_launch ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, spmm_producer_kernel<C>, p, tm_a, tm_b);
 }
 
 }  // namespace kernels
