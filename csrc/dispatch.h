@@ -86,18 +86,28 @@ inline bool is_warp_packed_kernel(int kernel) {
 // The warp-specialized kernel (spmm_producer.cuh): compute capability 9.0 (tensor copies,
 // mbarriers), a compressed-row count per k-block it is built for (producer_wb), L >= 32.
 inline bool is_producer_kernel(int kernel) { return kernel == kProducer128x256; }
-// Its k-block and compressed rows per k-block for a pattern (0 rows: not built for it): k-blocks of
-// 32 with 8, 12 or 16 rows (N:32 with N = 8, 12, 16 and every N:M with the same 32 / M * N), and
-// k-blocks of 64 with 8 rows (4:32, 2:16, 1:8).
+// Its k-block, compressed rows per k-block (0: not built for the pattern) and the factor on the
+// cost model's stage time (producer_cost_us) for a pattern, by its compressed rows per 32 inputs
+// (N:32, and every N:M with the same 32 / M * N):
+//   16 (16:32, 2:4):  k-blocks of 32, 16 rows, 4 stages;
+//   12 (12:32, 3:8):  k-blocks of 32, 12 rows, 4 stages;
+//    8 (8:32, 2:8):   k-blocks of 64, 16 rows, 3 stages (32 / 8 / 4 until session 28);
+//    4 (4:32, 1:8):   k-blocks of 128, 16 rows, 2 stages (64 / 8 / 3 until session 28).
+// Session-29 kernel-only probe on H100 (tools/producer_probe.cu, experiments/s29_producer_stages_probe.txt;
+// 4096^3, 1024x4096x4096, 256x4096x4096, 512x11008x4096): the longer stages ran 1.6-3.5% faster at
+// 8:32 and 4.9-6.5% at 4:32 than the session-28 ones (the stage time factors below: 0.973, 0.944);
+// at 16:32 and 12:32 k-blocks of 64 (32 / 24 rows, 3 stages) were up to 8% slower on some shapes.
 struct ProducerShape {
   int kb, wb;
+  double stage_factor;
 };
 inline ProducerShape producer_shape(int64_t N, int64_t M) {
-  if (M > 32 || 32 % M != 0) return {32, 0};
+  if (M > 32 || 32 % M != 0) return {32, 0, 1.0};
   const int64_t wb32 = 32 / M * N;
-  if (wb32 == 8 || wb32 == 12 || wb32 == 16) return {32, static_cast<int>(wb32)};
-  if (wb32 == 4) return {64, 8};
-  return {32, 0};
+  if (wb32 == 16 || wb32 == 12) return {32, static_cast<int>(wb32), 1.0};
+  if (wb32 == 8) return {64, 16, 0.973};
+  if (wb32 == 4) return {128, 16, 0.944};
+  return {32, 0, 1.0};
 }
 // The kernels that read x through its k-major copy xT (written by a transpose before them).
 inline bool kernel_reads_xt(int kernel) {
@@ -326,12 +336,13 @@ inline Plan choose_warp_packed(int64_t m, int64_t n, int64_t k, int64_t N, int64
 }
 
 // The warp-specialized kernel (id 21, sm_90; spmm_producer.cuh): 128x256 tiles, one block per SM,
-// a k-stage costs a + b * wb microseconds (a doubled for k-blocks of 64), whatever the grid (one block
-// per SM runs alone), so a plan costs stages * R * (a + b * wb) + its workspace reduction (R: the
-// grid's rounds). The constants are those of the tiled 128x128 kernel's model scaled by what the
-// session-28 probe measured kernel-only on the same data (experiments/s28_producer_probe2.txt:
-// 0.93-0.95x kernel 2's time at 16:32 / 12:32 / 8:32, 0.88-0.92x at 4:32 (k-block 64), m = 512-4096),
-// then checked against the op in the session-28 A/B (NMSPMM_NO_PRODUCER=1 against the default).
+// a k-stage costs f * (a * kb / 32 + b * wb) microseconds, whatever the grid (one block per SM runs
+// alone), so a plan costs stages * R * f * (a * kb / 32 + b * wb) + its workspace reduction (R: the
+// grid's rounds; f: producer_shape's stage factor). The constants are those of the tiled 128x128
+// kernel's model scaled by what the session-28 probe measured kernel-only on the same data
+// (experiments/s28_producer_probe2.txt: 0.93-0.95x kernel 2's time at 16:32 / 12:32 / 8:32, 0.88-0.92x
+// at 4:32 (k-block 64), m = 512-4096), then checked against the op in the session-28 A/B
+// (NMSPMM_NO_PRODUCER=1 against the default); f carries session 29's longer stages at 8:32 and 4:32.
 constexpr double kProducerStageUs = 0.110;
 constexpr double kProducerRowUs = 0.158;
 inline double producer_cost_us(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, int split, int num_sms) {
@@ -339,7 +350,7 @@ inline double producer_cost_us(int64_t m, int64_t n, int64_t k, int64_t N, int64
   const int64_t ctas = static_cast<int64_t>(ceil_div_i(m, 128)) * ceil_div_i(n, 256) * split;
   const GridRounds g = grid_rounds(ctas, num_sms, 1);
   const int64_t stages = (ceil_div_i(k, s.kb) + split - 1) / split;
-  const double per_stage = kProducerStageUs * (s.kb / 32) + kProducerRowUs * s.wb;
+  const double per_stage = s.stage_factor * (kProducerStageUs * (s.kb / 32) + kProducerRowUs * s.wb);
   return static_cast<double>(stages) * g.rounds * per_stage + split_reduction_us(kProducer128x256, split, m, n, true);
 }
 

@@ -265,11 +265,13 @@ def test_heuristic_family_where_measured_apart(point):
 
 def test_heuristic_warp_packed_full_grid_takes_128x128():
     # Four or more waves of 128x128 tiles (2 per SM) without a split: the 128x128 kernel, split 1.
-    assert plan(4096, 4096, 4096, 4, 32, 32, False) == (18, 1)
+    assert plan(4096, 4096, 4096, 4, 32, 32, False, clusters=False) == (18, 1)
     assert plan(4096, 24576, 8192, 8, 32, 32, False, clusters=False) == (18, 1)
-    # With clusters (sm_90) the warp-specialized kernel takes 8:32 on full grids (session-28 probe:
-    # 0.97x the 128x128 warp-packed kernel's time at 4096^3), without a split.
+    # With clusters (sm_90) the warp-specialized kernel takes 8:32 and 4:32 on full grids, without a
+    # split (session-28 probe: 0.97x the 128x128 warp-packed kernel's time at 4096^3 8:32; session 29,
+    # k-blocks of 128 at 4:32: 0.93x, experiments/s29_producer_stages_probe.txt).
     assert plan(4096, 24576, 8192, 8, 32, 32, False) == (21, 1)
+    assert plan(4096, 4096, 4096, 4, 32, 32, False) == (21, 1)
     # Small m: a smaller tile or a split fills the GPU.
     kernel, split = plan(64, 4096, 4096, 4, 32, 32, False)
     assert kernel in (19, 20) or split > 1

@@ -70,7 +70,7 @@ def main():
                 x = torch.randn(m, k, device="cuda")
                 plans = [before, new]
                 if a.extra:
-                    kblocks = math.ceil(k / (64 if N * 8 == 32 else 32))
+                    kblocks = math.ceil(k / {16: 32, 12: 32, 8: 64, 4: 128}[N])  # producer_shape at M = 32
                     plans += [(21, s) for s in (1, 2, 4) if (s == 1 or kblocks // s >= 4) and (21, s) not in plans]
                 ref = None
                 times = {}

@@ -4,7 +4,7 @@
 // A diagnostic for the GPU machine, not part of the extension (no torch):
 //   nvcc -std=c++20 -arch=sm_90a -O3 -I csrc -o /tmp/producer_probe tools/producer_probe.cu \
 //     csrc/cuda/kernels/spmm_tiled_128x128_k32_fixed.cu csrc/cuda/kernels/spmm_tiled_k64_fixed8.cu \
-//     csrc/cuda/kernels/spmm_warp_packed_tm16.cu csrc/cuda/kernels/spmm_producer.cu
+//     csrc/cuda/kernels/spmm_warp_packed_tm16.cu csrc/cuda/kernels/spmm_producer.cu tools/producer_probe_configs.cu
 //   /tmp/producer_probe [m n k ...]      (default: a few Llama / 4096^3 shapes, N = 16, 12, 8, 4 of 32)
 // Every variant's output is checked against an fp64 dot product on 4096 sampled entries (the worst
 // |y - ref| / sum |x w| is printed; ok below 1e-5) and compared bitwise between two runs.
@@ -48,6 +48,20 @@ std::vector<Variant> variants_for() {
   v.push_back({"tiled128x128(2)", launch_tiled<TiledConfig<128, 128, 16, KBT, false, true, WBT>>});
   if (WB <= 8) v.push_back({"warppacked128(18)", launch_warp_packed<WarpPacked128x128>});
   v.push_back({"producer128x256(21)", launch_producer<ProducerConfig<1, 8, KBT, WBT, KBT == 64 ? 3 : 4>>});
+  // Longer stages (tools/producer_probe_configs.cu): KB x WB x STAGES.
+  if (WB == 4) {
+    v.push_back({"k21 kb64 wb8 s4", launch_producer<ProducerConfig<1, 8, 64, 8, 4>>});
+    v.push_back({"k21 kb96 wb12 s3", launch_producer<ProducerConfig<1, 8, 96, 12, 3>>});
+    v.push_back({"k21 kb128 wb16 s2", launch_producer<ProducerConfig<1, 8, 128, 16, 2>>});
+  }
+  if (WB == 16) v.push_back({"k21 kb64 wb32 s3", launch_producer<ProducerConfig<1, 8, 64, 32, 3>>});
+  if (WB == 12) v.push_back({"k21 kb64 wb24 s3", launch_producer<ProducerConfig<1, 8, 64, 24, 3>>});
+  if (WB == 8) {
+    v.push_back({"k21 kb128 wb32 s2", launch_producer<ProducerConfig<1, 8, 128, 32, 2>>});
+    v.push_back({"k21 kb32 wb8 s5", launch_producer<ProducerConfig<1, 8, 32, 8, 5>>});
+    v.push_back({"k21 kb64 wb16 s3", launch_producer<ProducerConfig<1, 8, 64, 16, 3>>});
+    v.push_back({"k21 kb64 wb16 s4", launch_producer<ProducerConfig<1, 8, 64, 16, 4>>});
+  }
   return v;
 }
 

@@ -37,7 +37,7 @@ def units(c, k, N, M):
     if c in WP_WB:
         return math.ceil(k // M * N / WP_WB[c])
     if c == 21:
-        return math.ceil(k / (64 if 8 * N == M else 32))
+        return math.ceil(k / {16: 32, 12: 32, 8: 64, 4: 128}[32 // M * N])  # producer_shape
     return math.ceil(k / (32 if M <= 32 else 64))
 
 

@@ -66,7 +66,7 @@ struct ProducerConfig {
   static constexpr size_t BAR_OFFSET = ((PIPE_BYTES > TILE_BYTES ? PIPE_BYTES : TILE_BYTES) + 15) / 16 * 16;
   static constexpr size_t SMEM_BYTES = BAR_OFFSET + 2 * STAGES * sizeof(uint64_t) + 128;  // + alignment
   static_assert(WB % 4 == 0 && WB >= 4 && WB <= 32 && WB <= KB, "WB must be a multiple of 4 in [4, min(32, KB)]");
-  static_assert(KB == 32 || KB == 64, "KB must be 32 or 64");
+  static_assert(KB % 32 == 0 && KB <= 256, "KB must be a multiple of 32 in [32, 256] (a tensor-copy box has at most 256 rows)");
   static_assert(MATH_WARPS % 4 == 0, "the producer warpgroup must be warpgroup-aligned");
   static_assert(BM <= 256 && BN <= 256, "tensor-copy boxes are at most 256 elements wide");
   static_assert(STAGE_FLOATS % 4 == 0, "stages must stay 16-byte aligned");

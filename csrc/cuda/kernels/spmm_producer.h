@@ -16,9 +16,10 @@ cudaError_t launch_producer(const SpmmParams& p, cudaStream_t stream);
 
 // Kernel 21: 128x256 tiles (8 math warps), chosen in the session-28 probe
 // (benchmarks/results/h100/experiments/s28_producer_probe2.txt: 256x128 measured the same, 128x128
-// with 2 blocks per SM at 168 registers 8-10% slower). k-blocks of 32 with 8 / 12 / 16 compressed
-// rows and 4 stages; k-blocks of 64 with 8 rows (4:32) and 3 stages.
-#define NMSPMM_PRODUCER_CONFIGS(X) X(1, 8, 32, 8, 4) X(1, 8, 32, 12, 4) X(1, 8, 32, 16, 4) X(1, 8, 64, 8, 3)
+// with 2 blocks per SM at 168 registers 8-10% slower). Per pattern (producer_shape, csrc/dispatch.h):
+// k-blocks of 32 with 12 / 16 compressed rows and 4 stages (12:32, 16:32); since session 29 k-blocks
+// of 64 with 16 rows and 3 stages (8:32) and of 128 with 16 rows and 2 stages (4:32).
+#define NMSPMM_PRODUCER_CONFIGS(X) X(1, 8, 32, 12, 4) X(1, 8, 32, 16, 4) X(1, 8, 64, 16, 3) X(1, 8, 128, 16, 2)
 #define NMSPMM_DECLARE_PRODUCER(WM, WN, KB, WB, S) \
   extern template cudaError_t launch_producer<ProducerConfig<WM, WN, KB, WB, S>>(const SpmmParams&, cudaStream_t);
 NMSPMM_PRODUCER_CONFIGS(NMSPMM_DECLARE_PRODUCER)

@@ -311,13 +311,11 @@ cudaError_t launch_tiled_any_l(const SpmmParams& p, cudaStream_t stream) {
 // Kernel 21 for the pattern's k-block and compressed rows per k-block (producer_shape).
 cudaError_t launch_producer_any(const SpmmParams& p, cudaStream_t stream) {
   const ProducerShape s = producer_shape(p.N, p.M);
-  if (s.kb == 64 && s.wb == 8) return launch_producer<ProducerConfig<1, 8, 64, 8, 3>>(p, stream);
-  switch (s.wb) {
-    case 8: return launch_producer<ProducerConfig<1, 8, 32, 8, 4>>(p, stream);
-    case 12: return launch_producer<ProducerConfig<1, 8, 32, 12, 4>>(p, stream);
-    case 16: return launch_producer<ProducerConfig<1, 8, 32, 16, 4>>(p, stream);
-    default: return cudaErrorInvalidValue;
-  }
+  if (s.kb == 32 && s.wb == 12) return launch_producer<ProducerConfig<1, 8, 32, 12, 4>>(p, stream);
+  if (s.kb == 32 && s.wb == 16) return launch_producer<ProducerConfig<1, 8, 32, 16, 4>>(p, stream);
+  if (s.kb == 64 && s.wb == 16) return launch_producer<ProducerConfig<1, 8, 64, 16, 3>>(p, stream);
+  if (s.kb == 128 && s.wb == 16) return launch_producer<ProducerConfig<1, 8, 128, 16, 2>>(p, stream);
+  return cudaErrorInvalidValue;
 }
 
 template <int BM, int BN, int TM>
