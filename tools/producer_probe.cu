@@ -43,24 +43,28 @@ struct Variant {
 template <int WB>
 std::vector<Variant> variants_for() {
   std::vector<Variant> v;
-  constexpr int KBT = WB == 4 ? 64 : 32;  // kernel 2's and kernel 21's k-block (4:32: 64, WB 8)
+  constexpr int KBT = WB == 4 ? 64 : 32;  // kernel 2's k-block (4:32: 64, WB 8)
   constexpr int WBT = WB == 4 ? 8 : WB;
   v.push_back({"tiled128x128(2)", launch_tiled<TiledConfig<128, 128, 16, KBT, false, true, WBT>>});
   if (WB <= 8) v.push_back({"warppacked128(18)", launch_warp_packed<WarpPacked128x128>});
-  v.push_back({"producer128x256(21)", launch_producer<ProducerConfig<1, 8, KBT, WBT, KBT == 64 ? 3 : 4>>});
-  // Longer stages (tools/producer_probe_configs.cu): KB x WB x STAGES.
-  if (WB == 4) {
-    v.push_back({"k21 kb64 wb8 s4", launch_producer<ProducerConfig<1, 8, 64, 8, 4>>});
-    v.push_back({"k21 kb96 wb12 s3", launch_producer<ProducerConfig<1, 8, 96, 12, 3>>});
-    v.push_back({"k21 kb128 wb16 s2", launch_producer<ProducerConfig<1, 8, 128, 16, 2>>});
-  }
+  // Kernel 21 as the extension builds it for the pattern (producer_shape, csrc/dispatch.h).
+  if (WB == 16) v.push_back({"producer128x256(21)", launch_producer<ProducerConfig<1, 8, 32, 16, 4>>});
+  if (WB == 12) v.push_back({"producer128x256(21)", launch_producer<ProducerConfig<1, 8, 32, 12, 4>>});
+  if (WB == 8) v.push_back({"producer128x256(21)", launch_producer<ProducerConfig<1, 8, 64, 16, 3>>});
+  if (WB == 4) v.push_back({"producer128x256(21)", launch_producer<ProducerConfig<1, 8, 128, 16, 2>>});
+  // Other stage shapes KB x WB x STAGES (tools/producer_probe_configs.cu; session 28's 8:32 and 4:32
+  // configs among them).
   if (WB == 16) v.push_back({"k21 kb64 wb32 s3", launch_producer<ProducerConfig<1, 8, 64, 32, 3>>});
   if (WB == 12) v.push_back({"k21 kb64 wb24 s3", launch_producer<ProducerConfig<1, 8, 64, 24, 3>>});
   if (WB == 8) {
-    v.push_back({"k21 kb128 wb32 s2", launch_producer<ProducerConfig<1, 8, 128, 32, 2>>});
+    v.push_back({"k21 kb32 wb8 s4 (s28)", launch_producer<ProducerConfig<1, 8, 32, 8, 4>>});
     v.push_back({"k21 kb32 wb8 s5", launch_producer<ProducerConfig<1, 8, 32, 8, 5>>});
-    v.push_back({"k21 kb64 wb16 s3", launch_producer<ProducerConfig<1, 8, 64, 16, 3>>});
     v.push_back({"k21 kb64 wb16 s4", launch_producer<ProducerConfig<1, 8, 64, 16, 4>>});
+  }
+  if (WB == 4) {
+    v.push_back({"k21 kb64 wb8 s3 (s28)", launch_producer<ProducerConfig<1, 8, 64, 8, 3>>});
+    v.push_back({"k21 kb64 wb8 s4", launch_producer<ProducerConfig<1, 8, 64, 8, 4>>});
+    v.push_back({"k21 kb96 wb12 s3", launch_producer<ProducerConfig<1, 8, 96, 12, 3>>});
   }
   return v;
 }

@@ -1,17 +1,20 @@
-// Configurations of the warp-specialized kernel that only tools/producer_probe.cu times (longer
-// stages: more k per stage), compiled into the probe, not into the extension.
+// Configurations of the warp-specialized kernel that only tools/producer_probe.cu times (other
+// stage shapes than the extension's, session 28's 8:32 and 4:32 configs among them), compiled into
+// the probe, not into the extension.
 #include "cuda/kernels/spmm_producer.cuh"
 
 namespace nmspmm {
 namespace kernels {
-template cudaError_t launch_producer<ProducerConfig<1, 8, 64, 8, 4>>(const SpmmParams&, cudaStream_t);
-template cudaError_t launch_producer<ProducerConfig<1, 8, 96, 12, 3>>(const SpmmParams&, cudaStream_t);
-template cudaError_t launch_producer<ProducerConfig<1, 8, 128, 16, 2>>(const SpmmParams&, cudaStream_t);
-template cudaError_t launch_producer<ProducerConfig<1, 8, 64, 16, 3>>(const SpmmParams&, cudaStream_t);
-template cudaError_t launch_producer<ProducerConfig<1, 8, 64, 16, 4>>(const SpmmParams&, cudaStream_t);
-template cudaError_t launch_producer<ProducerConfig<1, 8, 32, 8, 5>>(const SpmmParams&, cudaStream_t);
-template cudaError_t launch_producer<ProducerConfig<1, 8, 128, 32, 2>>(const SpmmParams&, cudaStream_t);
-template cudaError_t launch_producer<ProducerConfig<1, 8, 64, 32, 3>>(const SpmmParams&, cudaStream_t);
-template cudaError_t launch_producer<ProducerConfig<1, 8, 64, 24, 3>>(const SpmmParams&, cudaStream_t);
+#define NMSPMM_PROBE_PRODUCER(KB, WB, S) \
+  template cudaError_t launch_producer<ProducerConfig<1, 8, KB, WB, S>>(const SpmmParams&, cudaStream_t);
+NMSPMM_PROBE_PRODUCER(32, 8, 4)
+NMSPMM_PROBE_PRODUCER(32, 8, 5)
+NMSPMM_PROBE_PRODUCER(64, 8, 3)
+NMSPMM_PROBE_PRODUCER(64, 8, 4)
+NMSPMM_PROBE_PRODUCER(96, 12, 3)
+NMSPMM_PROBE_PRODUCER(64, 16, 4)
+NMSPMM_PROBE_PRODUCER(64, 24, 3)
+NMSPMM_PROBE_PRODUCER(64, 32, 3)
+#undef NMSPMM_PROBE_PRODUCER
 }  // namespace kernels
 }  // namespace nmspmm
