@@ -72,17 +72,8 @@ def main():
                 if a.extra:
                     kblocks = math.ceil(k / {16: 32, 12: 32, 8: 64, 4: 128}[N])  # producer_shape at M = 32
                     plans += [(21, s) for s in (1, 2, 4) if (s == 1 or kblocks // s >= 4) and (21, s) not in plans]
-                ref = None
                 times = {}
-                for c, s in plans:
-                    fn = lambda: ops.spmm_with_plan(x, p.values, p.indices, N, 32, 32, None, None, None, c, s)  # noqa: E731
-                    y = fn()
-                    if ref is None:
-                        ref = y
-                    diff = ((y - ref).abs().max() / ref.abs().max().clamp_min(1e-30)).item()
-                    if diff > 1e-4:
-                        print(f"MISMATCH {m}x{n}x{k} {N}:32 plan {c}/{s}: {diff:.2e}", flush=True)
-                    t, _ = timer.time_ms(fn)
+                for (c, s), t, diff in timer.time_plans(x, p, N, 32, 32, plans, f"{m}x{n}x{k} {N}:32"):
                     times[(c, s)] = t
                     rows.append(dict(m=m, n=n, k=k, N=N, kernel=c, split=s, ms=f"{t:.6f}", role=
                                      "old" if (c, s) == before else "new" if (c, s) == new else "extra",

@@ -82,6 +82,23 @@ class Flushed:
         torch.cuda.synchronize()
         return statistics.median(s.elapsed_time(e) for s, e in evs), reps
 
+    def time_plans(self, x, weight, N, M, L, plans, tag=""):
+        """Times each (kernel, split) of `plans` on (x, weight: a CompressedWeight) and checks its
+        output against the first plan's (a relative max difference above 1e-4 prints MISMATCH).
+        Returns [((kernel, split), ms, rel_diff)] in the order of `plans`."""
+        ops = torch.ops.nmspmm
+        ref, out = None, []
+        for c, s in plans:
+            fn = lambda: ops.spmm_with_plan(x, weight.values, weight.indices, N, M, L, None, None, None, c, s)  # noqa: E731
+            y = fn()
+            if ref is None:
+                ref = y
+            diff = ((y - ref).abs().max() / ref.abs().max().clamp_min(1e-30)).item()
+            if diff > 1e-4:
+                print(f"MISMATCH {tag} plan {c}/{s}: {diff:.2e}", flush=True)
+            out.append(((c, s), self.time_ms(fn)[0], diff))
+        return out
+
 
 def main():
     ap = argparse.ArgumentParser()

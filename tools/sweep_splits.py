@@ -88,17 +88,8 @@ def main():
                     p = weights[N]
                     heur = tuple(ops.spmm_heuristic(m, n, k, N, M, L, False, sms))
                     plans = [heur] + [c for c in candidates(m, n, k, N, M, sms, kernels, a.waves) if c != heur]
-                    ref = None
                     times = {}
-                    for c, s in plans:
-                        fn = lambda: ops.spmm_with_plan(x, p.values, p.indices, N, M, L, None, None, None, c, s)  # noqa: E731
-                        y = fn()
-                        if ref is None:
-                            ref = y
-                        diff = ((y - ref).abs().max() / ref.abs().max().clamp_min(1e-30)).item()
-                        if diff > 1e-4:
-                            print(f"MISMATCH {m}x{n}x{k} {N}:32 plan {c}/{s}: {diff:.2e}", flush=True)
-                        t, _ = timer.time_ms(fn)
+                    for (c, s), t, diff in timer.time_plans(x, p, N, M, L, plans, f"{m}x{n}x{k} {N}:{M}"):
                         times[(c, s)] = t
                         w.writerow(dict(m=m, n=n, k=k, N=N, kernel=c, split=s, ms=f"{t:.6f}", heur_kernel=heur[0],
                                         heur_split=heur[1], diff=f"{diff:.2e}"))
