@@ -205,9 +205,8 @@ constexpr TiledCost kTiledCosts[] = {
 // geomean (up to 1.46x). Until session 28 only powers of two; session 29 added 3, 5, 6, 7, 10 and 12,
 // which let a grid of few tiles fill its last wave (256x6656x17920 16:32: 52 tiles of 128x256 x 5
 // splits = 260 blocks, 2 rounds on 132 SMs, measured 1.24x faster than the best power-of-two plan;
-// flushed sweep experiments/s29_sweep_splits_*.csv). kMaxTiledSplit is the largest.
+// flushed sweep experiments/s29_sweep_splits_*.csv).
 constexpr int kSplitCandidates[] = {1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16};
-constexpr int kMaxTiledSplit = 16;
 
 // Fixed cost of a split-K reduction in microseconds: through the workspace (a second launch), and
 // inside a cluster (split 2); tuned with the kernels' constants above (they stand for what a split

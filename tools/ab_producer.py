@@ -23,7 +23,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
 import nmspmm  # noqa: E402
 from shapes import NMSPMM100_NK, llama_shapes  # noqa: E402
-from sweep_flushed import Flushed  # noqa: E402
+from sweep_flushed import PRODUCER_KB, Flushed  # noqa: E402
 
 ops = torch.ops.nmspmm
 
@@ -70,7 +70,7 @@ def main():
                 x = torch.randn(m, k, device="cuda")
                 plans = [before, new]
                 if a.extra:
-                    kblocks = math.ceil(k / {16: 32, 12: 32, 8: 64, 4: 128}[N])  # producer_shape at M = 32
+                    kblocks = math.ceil(k / PRODUCER_KB[N])
                     plans += [(21, s) for s in (1, 2, 4) if (s == 1 or kblocks // s >= 4) and (21, s) not in plans]
                 times = {}
                 for (c, s), t, diff in timer.time_plans(x, p, N, 32, 32, plans, f"{m}x{n}x{k} {N}:32"):

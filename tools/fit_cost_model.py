@@ -46,7 +46,7 @@ COMMITTED = {9: (1, 0.1537, 0.1710, 0.0, 0.0), 10: (1, 0.5017, 0.1568, 0.0, 0.0)
              3: (2, 0.2258, 0.0300, -0.0620, 0.0309), 4: (4, 0.0368, 0.0276, 0.0266, 0.0153),
              5: (4, 0.5249, 0.0141, -0.0415, 0.0140)}
 RED_CLUSTER, RED_WORKSPACE, RED_PER_MB = 0.672, 3.392, 0.900
-# choose_plan's split-K candidates: 1, 2, 4, ..., MAX_SPLIT (kMaxTiledSplit; each split keeping >= 4
+# choose_plan's split-K candidates: 1, 2, 4, ..., MAX_SPLIT (the powers of two of kSplitCandidates until session 28; each split keeping >= 4
 # k-blocks).
 MAX_SPLIT = 16
 # kTiledCosts order (ties go to the earlier entry, as in choose_plan).

@@ -31,6 +31,8 @@ SMS_DEFAULT = 132
 TILE = {2: (128, 128, 2), 3: (64, 128, 2), 4: (32, 128, 4), 5: (64, 64, 4), 9: (128, 256, 1),
         10: (256, 128, 1), 11: (128, 128, 2), 18: (128, 128, 2), 19: (64, 128, 3), 20: (32, 128, 4)}
 WP_WB = {18: 12, 19: 16, 20: 16}
+# Kernel 21's k-block by compressed rows per 32 inputs (producer_shape in csrc/dispatch.h).
+PRODUCER_KB = {16: 32, 12: 32, 8: 64, 4: 128}
 
 
 def candidates(m, n, k, N, M, sms, kernels=None):

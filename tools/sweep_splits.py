@@ -23,7 +23,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
 import nmspmm  # noqa: E402
 from shapes import NMSPMM100_NK, llama_shapes  # noqa: E402
-from sweep_flushed import Flushed  # noqa: E402
+from sweep_flushed import PRODUCER_KB, Flushed  # noqa: E402
 
 ops = torch.ops.nmspmm
 # kernel -> (BM, BN, blocks per SM)
@@ -37,7 +37,7 @@ def units(c, k, N, M):
     if c in WP_WB:
         return math.ceil(k // M * N / WP_WB[c])
     if c == 21:
-        return math.ceil(k / {16: 32, 12: 32, 8: 64, 4: 128}[32 // M * N])  # producer_shape
+        return math.ceil(k / PRODUCER_KB[32 // M * N])
     return math.ceil(k / (32 if M <= 32 else 64))
 
 
