@@ -23,7 +23,8 @@ KERNEL_NAMES = {0: "generic", 1: "decode", 2: "tiled128x128", 3: "tiled64x128", 
                 9: "tiled128x256", 10: "tiled256x128", 11: "tiled128x128w8", 12: "decode_w4",
                 13: "decode_w8", 14: "decode_w16", 15: "decode_s128", 16: "decode_s256",
                 17: "decode_s512", 18: "warppacked128x128", 19: "warppacked64x128",
-                20: "warppacked32x128", 21: "producer128x256"}
+                20: "warppacked32x128", 21: "producer128x256",
+                22: "producer128x256_tail"}
 DECODE_MAX_M = 64
 
 

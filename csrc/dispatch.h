@@ -35,7 +35,8 @@ enum KernelId : int {
   kWarpPacked32x128 = 20,   // stage); 16x8 / 8x8 / 4x8 thread tiles
   kProducer128x256 = 21,    // sm_90, L >= 32: a producer warp feeds 8 math warps (16x8 thread tiles)
                             // through tensor copies (TMA) and mbarriers; the tiled kernels' A slab
-  kNumKernels = 22,
+  kProducerTail128x256 = 22,  // kernel 21 with split-K on the last round's tiles only (the rest whole)
+  kNumKernels = 23,
 };
 
 // The decode kernels launched as thread-block clusters (sm_90): split_k is the cluster size and
@@ -68,7 +69,7 @@ inline TileShape tile_shape(int kernel) {
     case kWarpPacked128x128: return {128, 128};
     case kWarpPacked64x128: return {64, 128};
     case kWarpPacked32x128: return {32, 128};
-    case kProducer128x256: return {128, 256};
+    case kProducer128x256: case kProducerTail128x256: return {128, 256};
     default: return {0, 0};
   }
 }
@@ -85,7 +86,9 @@ inline bool is_warp_packed_kernel(int kernel) {
 }
 // The warp-specialized kernel (spmm_producer.cuh): compute capability 9.0 (tensor copies,
 // mbarriers), a compressed-row count per k-block it is built for (producer_wb), L >= 32.
-inline bool is_producer_kernel(int kernel) { return kernel == kProducer128x256; }
+// Kernel 22 is the same kernel with split-K applied only to the tiles of the grid's last round
+// (producer_tail_tiles, below).
+inline bool is_producer_kernel(int kernel) { return kernel == kProducer128x256 || kernel == kProducerTail128x256; }
 // Its k-block, compressed rows per k-block (0: not built for the pattern) and the factor on the
 // cost model's stage time (producer_cost_us) for a pattern, by its compressed rows per 32 inputs
 // (N:32, and every N:M with the same 32 / M * N):
@@ -353,6 +356,42 @@ inline double producer_cost_us(int64_t m, int64_t n, int64_t k, int64_t N, int64
   return static_cast<double>(stages) * g.rounds * per_stage + split_reduction_us(kProducer128x256, split, m, n, true);
 }
 
+// Kernel 22: kernel 21 with split-K on the tail only. A grid of t = ceil(m / 128) x ceil(n / 256)
+// tiles, one block per SM, runs floor(t / SMs) whole rounds and a last round of t % SMs tiles, which
+// leaves SMs idle for a whole tile's time (2048x11008x4096: 688 tiles, 5 rounds of 132 and one of
+// 28). Kernel 22 computes the first t - t % SMs tiles over all of k (as kernel 21 with split 1) and
+// splits k of the last t % SMs tiles (the tail) split_k ways: the tail's blocks start as the whole
+// rounds' blocks finish and each runs 1 / split_k of the k-range. Their partial tiles go to a compact
+// workspace [split_k][tail][128][256], summed in fixed order (+ bias) by a second launch. Tiles are
+// numbered m-tile fastest (the order of kernel 21's grid), so the tail is the last n-tiles' columns.
+inline int64_t producer_tail_tiles(int64_t m, int64_t n, int num_sms) {
+  const int64_t tiles = static_cast<int64_t>(ceil_div_i(m, 128)) * ceil_div_i(n, 256);
+  return num_sms > 0 ? tiles % num_sms : tiles;
+}
+// Floats of kernel 22's workspace (0 without a split or without a tail).
+inline int64_t producer_tail_workspace_floats(int64_t m, int64_t n, int split, int num_sms) {
+  return split > 1 ? producer_tail_tiles(m, n, num_sms) * split * 128 * 256 : 0;
+}
+// Its cost under kernel 21's model: the whole rounds at full k, the tail's round(s) at 1 / split of
+// it, and the workspace reduction of the tail's partial tiles.
+inline double producer_tail_cost_us(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, int split,
+                                    int num_sms) {
+  const ProducerShape s = producer_shape(N, M);
+  const int64_t tiles = static_cast<int64_t>(ceil_div_i(m, 128)) * ceil_div_i(n, 256);
+  const int64_t tail = producer_tail_tiles(m, n, num_sms);
+  const double whole_rounds = static_cast<double>((tiles - tail) / (num_sms > 0 ? num_sms : 1));
+  const int64_t kblocks = ceil_div_i(k, s.kb);
+  const double per_stage = s.stage_factor * (kProducerStageUs * (s.kb / 32) + kProducerRowUs * s.wb);
+  double us = whole_rounds * static_cast<double>(kblocks) * per_stage;
+  if (tail > 0) {
+    const int sp = split > 1 ? split : 1;
+    const GridRounds g = grid_rounds(tail * sp, num_sms, 1);
+    us += g.rounds * static_cast<double>((kblocks + sp - 1) / sp) * per_stage;
+    if (sp > 1) us += kWorkspaceReduceUs + 0.900 * static_cast<double>(sp + 1) * tail * 128 * 256 * 4 / 1.0e6;
+  }
+  return us;
+}
+
 // Blocks of 8 warps per SM (x 10) that a decode grid stays within: 2 fit by registers, but a
 // cluster must fit inside one GPC, and on H100 (132 SMs) 224 blocks of 8 warps (32 clusters of 7)
 // run in one wave where 32 clusters of 8 run two (ncu: experiments/ncu_s10_*).
@@ -555,6 +594,19 @@ inline Plan choose_plan(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, i
       if (best_us < 0 || us < best_us) {
         best_us = us;
         best = {kProducer128x256, split};
+      }
+    }
+    // Kernel 22 where the grid has more than one round and a partial last one.
+    const int64_t tiles = static_cast<int64_t>(ceil_div_i(m, 128)) * ceil_div_i(n, 256);
+    if (tiles > num_sms && producer_tail_tiles(m, n, num_sms) > 0) {
+      for (const int split : kSplitCandidates) {
+        if (split == 1) continue;
+        if (kblocks / split < 4) break;
+        const double us = producer_tail_cost_us(m, n, k, N, M, split, num_sms);
+        if (us < best_us) {
+          best_us = us;
+          best = {kProducerTail128x256, split};
+        }
       }
     }
   }

@@ -13,6 +13,7 @@ the kernels forget to write stays NaN and fails the comparison.
 """
 import functools
 import itertools
+import math
 import os
 import subprocess
 import sys
@@ -34,12 +35,13 @@ PACKED = (6, 7, 8)
 CLUSTER = {12: 2, 13: 2, 14: 2, 15: 16, 16: 16, 17: 16}  # cluster decode kernel -> largest m (sm_90)
 STAGED = (15, 16, 17)  # of which the staged decode kernels (x staged in shared memory)
 WARP_PACKED = (18, 19, 20)  # L >= 32, any M
-PRODUCER = (21,)  # sm_90, L >= 32, patterns with 8 / 12 / 16 compressed rows per 32 inputs (or 4:32)
-NUM_KERNELS = 22
+PRODUCER = (21, 22)  # sm_90, L >= 32, patterns with 8 / 12 / 16 compressed rows per 32 inputs (or 4:32);
+# 22: kernel 21 with split-K on the last round's tiles only (all tiles on grids of at most one round)
+NUM_KERNELS = 23
 
 
 def producer_wb(N, M):
-    """csrc/dispatch.h::producer_shape: compressed rows per stage of kernel 21 (0: not built for it)."""
+    """csrc/dispatch.h::producer_shape: compressed rows per stage of kernels 21, 22 (0: not built for it)."""
     if M > 32 or 32 % M:
         return 0
     wb = 32 // M * N
@@ -186,9 +188,20 @@ def check(y, ref, scale, dtype=torch.float32):
     torch.testing.assert_close(yd, ref, rtol=rtol, atol=atol)
 
 
+def producer_tail_tiles(m, n):
+    """csrc/dispatch.h::producer_tail_tiles: kernel 22's split tiles (the grid's last round)."""
+    return math.ceil(m / 128) * math.ceil(n / 256) % num_sms()
+
+
+def workspace_numel(w, m, kernel, split_k, with_col_info=True):
+    if kernel == 22:
+        return producer_tail_tiles(m, w.n) * split_k * 128 * 256 if split_k > 1 else 0
+    return effective_split(w, m, kernel, split_k, with_col_info) * m * w.n
+
+
 def run_checked(w, x, kernel, split_k, bias=None, with_col_info=True):
     m = x.numel() // w.k
-    poison(m * w.n, effective_split(w, m, kernel, split_k, with_col_info) * m * w.n)
+    poison(m * w.n, workspace_numel(w, m, kernel, split_k, with_col_info))
     y = run_plan(w, x, kernel, split_k, bias, with_col_info)
     ref, scale = w.reference(x, bias)
     check(y, ref, scale, x.dtype)
@@ -265,6 +278,32 @@ def test_auto_path_matches_fp64(pattern, L, with_col_info):
 def test_large_m(pattern, m, kernel, split_k):
     w = small_weight(*pattern, 32)
     run_checked(w, torch.randn(m, w.k, device=DEV), kernel, split_k, w.bias)
+
+
+@pytest.mark.parametrize("split_k", [2, 3, 5, 16])
+@pytest.mark.parametrize("pattern", [(16, 32), (12, 32), (8, 32), (4, 32), (2, 4)], ids=lambda p: f"{p[0]}:{p[1]}")
+def test_tail_split_on_a_multi_round_grid(pattern, split_k):
+    """Kernel 22 on grids of more than one round with a partial last one (m and n tails too): the
+    whole tiles equal kernel 21 with split 1 bit for bit (same k order), the tail's split tiles match
+    fp64, and repeated calls give the same bits."""
+    N, M = pattern
+    n, k = 4640, 2048  # 19 column tiles, the last 32 columns wide
+    m = next((m for m in range(1000, 16 * 1024, 128) if math.ceil(m / 128) * 19 > num_sms()
+              and producer_tail_tiles(m, n) > 0), None)
+    if m is None:
+        pytest.skip("no multi-round grid with a tail on this device")
+    w = large_weight(n, k, N, M)
+    x = torch.randn(m, k, device=DEV)
+    y = run_checked(w, x, 22, split_k, w.bias)
+    assert torch.equal(y, run_plan(w, x, 22, split_k, w.bias))
+    whole = run_plan(w, x, 21, 1, w.bias)
+    mt = math.ceil(m / 128)
+    tiles, tail = mt * 19, producer_tail_tiles(m, n)
+    same = torch.zeros_like(y, dtype=torch.bool)
+    for t in range(tiles - tail):
+        same[(t % mt) * 128:(t % mt + 1) * 128, (t // mt) * 256:(t // mt + 1) * 256] = True
+    assert torch.equal(y[same], whole[same])
+    assert not same.all() and same.any()
 
 
 LLAMA = [(4096, 4096), (11008, 4096), (4096, 11008)]

@@ -20,8 +20,8 @@ CLUSTER_DECODE = {12: 2, 13: 2, 14: 2}  # kernel -> largest m
 STAGED_DECODE = {15, 16, 17}  # m <= 16, M <= 512
 PREFILL_SPLITS = {1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16}  # split-K candidates of the prefill plans
 WARP_PACKED = {18, 19, 20}  # L >= 32
-PRODUCER = {21}  # sm_90 (clusters), L >= 32, 8 / 12 / 16 compressed rows per 32 inputs (or 4:32)
-NUM_KERNELS = 22
+PRODUCER = {21, 22}  # sm_90 (clusters), L >= 32, 8 / 12 / 16 compressed rows per 32 inputs (or 4:32)
+NUM_KERNELS = 23
 
 
 def producer_wb(N, M):
@@ -260,7 +260,9 @@ FAMILY_PICKS = {(256, 17920, 6656, 12): WARP_PACKED, (32, 512, 2048, 16): WARP_P
 @pytest.mark.parametrize("point", list(FAMILY_PICKS), ids=str)
 def test_heuristic_family_where_measured_apart(point):
     m, n, k, N = point
-    assert plan(m, n, k, N, 32, 32, False)[0] in FAMILY_PICKS[point]
+    # (or the warp-specialized kernels, which came later and compete with both)
+    assert plan(m, n, k, N, 32, 32, False)[0] in FAMILY_PICKS[point] | PRODUCER
+    assert plan(m, n, k, N, 32, 32, False, clusters=False)[0] in FAMILY_PICKS[point]
 
 
 def test_heuristic_warp_packed_full_grid_takes_128x128():
@@ -270,11 +272,33 @@ def test_heuristic_warp_packed_full_grid_takes_128x128():
     # With clusters (sm_90) the warp-specialized kernel takes 8:32 and 4:32 on full grids, without a
     # split (session-28 probe: 0.97x the 128x128 warp-packed kernel's time at 4096^3 8:32; session 29,
     # k-blocks of 128 at 4:32: 0.93x, experiments/s29_producer_stages_probe.txt).
-    assert plan(4096, 24576, 8192, 8, 32, 32, False) == (21, 1)
+    # 4096x24576x8192: 3072 tiles of 128x256, 23 rounds of 132 and a last one of 36, which kernel 22
+    # splits (session 30); 4096^3: 512 tiles, a last round of 116 that no split fits in one round.
+    assert plan(4096, 24576, 8192, 8, 32, 32, False)[0] in PRODUCER
     assert plan(4096, 4096, 4096, 4, 32, 32, False) == (21, 1)
     # Small m: a smaller tile or a split fills the GPU.
     kernel, split = plan(64, 4096, 4096, 4, 32, 32, False)
     assert kernel in (19, 20) or split > 1
+
+
+def tiles_128x256(m, n):
+    return -(-m // 128) * -(-n // 256)
+
+
+def test_heuristic_tail_split_only_on_multi_round_grids_with_a_partial_last_round():
+    # Kernel 22 (kernel 21 with split-K on the last round's tiles) is a candidate only where the grid
+    # of 128x256 tiles has more than one round (one block per SM) and a partial last one.
+    for sms, (m, n, k), (N, M) in itertools.product((132, 108, 78), ((4096, 4096, 4096), (2048, 11008, 4096),
+                                                                       (1024, 5632, 2048), (512, 4096, 11008),
+                                                                       (1536, 2816, 4096), (3072, 2816, 4096),
+                                                                       (256, 24576, 8192)),
+                                                    ((16, 32), (12, 32), (8, 32), (4, 32))):
+        kernel, split = _check(m, n, k, N, M, 32, False, sms)
+        t = tiles_128x256(m, n)
+        if kernel == 22:
+            assert t > sms and t % sms > 0 and split > 1, (sms, m, n, k, N, split)
+    # 2048x11008x4096 on 132 SMs: 688 tiles, 5 rounds and a last one of 28 tiles.
+    assert plan(2048, 11008, 4096, 16, 32, 32, False)[0] == 22
 
 
 def test_heuristic_is_deterministic():

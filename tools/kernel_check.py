@@ -19,7 +19,8 @@ ops = torch.ops.nmspmm
 NAMES = {0: "generic", 1: "decode", 2: "t128x128", 3: "t64x128", 4: "t32x128", 5: "t64x64",
          6: "p128x128", 7: "p64x128", 8: "p32x128", 9: "t128x256", 10: "t256x128", 11: "t128x128w8",
          12: "decode_w4", 13: "decode_w8", 14: "decode_w16", 15: "decode_s128", 16: "decode_s256",
-         17: "decode_s512", 18: "wp128x128", 19: "wp64x128", 20: "wp32x128"}
+         17: "decode_s512", 18: "wp128x128", 19: "wp64x128", 20: "wp32x128", 21: "ws128x256",
+         22: "ws128x256_tail"}
 CLUSTER_DECODE_MAX_M = {12: 2, 13: 2, 14: 2, 15: 16, 16: 16, 17: 16}
 
 

@@ -12,13 +12,19 @@ torch.manual_seed(0)
 cases = [(1, 160, 96, 2, 4, 16), (2, 320, 224, 4, 32, 32), (5, 256, 192, 8, 32, 32), (17, 384, 320, 4, 32, 128),
          (67, 192, 128, 12, 32, 64), (130, 320, 256, 16, 64, 32), (33, 96, 64, 1, 4, 1),
          (9, 256, 1536, 4, 32, 32)]  # the last: several staged x chunks per block (staged decode)
-for (m, n, k, N, M, L) in cases:
+# Kernels 21, 22 also on a grid of more than one round (152 tiles of 128x256 with m and n tails), where
+# kernel 22 computes whole tiles and splits only the last round's (on 132 SMs: 20 tiles).
+MULTI_ROUND = (1000, 4640, 512, 16, 32, 32)
+for (m, n, k, N, M, L) in cases + [MULTI_ROUND]:
+    multi_round = (m, n, k, N, M, L) == MULTI_ROUND
     w = torch.randn(n, k, device="cuda")
     p = nmspmm.compress(w, N, M, L)
     x = torch.randn(m, k, device="cuda")
     ref = x.double() @ nmspmm.decompress(p).double().t()
     only = os.environ.get("NMSPMM_SANITIZE_KERNELS")
-    for kernel in (range(22) if not only else [int(v) for v in only.split(",")]):
+    for kernel in (range(23) if not only else [int(v) for v in only.split(",")]):
+        if multi_round and kernel not in (21, 22):
+            continue
         if kernel == 1 and (m > 16 or L < 4):
             continue
         if 12 <= kernel <= 14 and (m > 2 or L < 4):  # cluster decode
@@ -27,7 +33,7 @@ for (m, n, k, N, M, L) in cases:
             continue
         if kernel >= 18 and L < 32:  # warp-packed, warp-specialized
             continue
-        if kernel == 21 and not (M <= 32 and 32 // M * N in (4, 8, 12, 16)):  # warp-specialized patterns
+        if kernel in (21, 22) and not (M <= 32 and 32 // M * N in (4, 8, 12, 16)):  # warp-specialized patterns
             continue
         if 2 <= kernel < 12 and L < 16:
             continue

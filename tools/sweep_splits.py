@@ -5,7 +5,8 @@ prefill kernels, timed as the benchmark times a call (L2 flushed, median; tools/
     python tools/sweep_splits.py --grid llama --ms 32,64,128 --out DIR
 
 Per shape of the 100 NM-SpMM points (or of the llama suite's (n, k)): the heuristic's plan, and
-kernels 21 (warp-specialized), 18-20 (warp-packed) and 5, 3, 2 (tiled) at every split 1..8, 10, 12,
+kernels 21 (warp-specialized), 22 (21 with split-K on the last round's tiles; splits 2..16 whose
+tail grid stays within 2 rounds), 18-20 (warp-packed) and 5, 3, 2 (tiled) at every split 1..8, 10, 12,
 16 that keeps >= 4 k-blocks (stages) per split and whose grid stays within --waves waves
 (--kernels narrows the set). Every output is
 checked against the heuristic plan's. Writes sweep_splits.csv (m, n, k, N, kernel, split, ms,
@@ -27,7 +28,7 @@ from sweep_flushed import PRODUCER_KB, Flushed  # noqa: E402
 
 ops = torch.ops.nmspmm
 # kernel -> (BM, BN, blocks per SM)
-TILE = {21: (128, 256, 1), 18: (128, 128, 2), 19: (64, 128, 3), 20: (32, 128, 4), 2: (128, 128, 2),
+TILE = {21: (128, 256, 1), 22: (128, 256, 1), 18: (128, 128, 2), 19: (64, 128, 3), 20: (32, 128, 4), 2: (128, 128, 2),
         3: (64, 128, 2), 5: (64, 64, 4)}
 WP_WB = {18: 12, 19: 16, 20: 16}
 SPLITS = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16)
@@ -36,7 +37,7 @@ SPLITS = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16)
 def units(c, k, N, M):
     if c in WP_WB:
         return math.ceil(k // M * N / WP_WB[c])
-    if c == 21:
+    if c in (21, 22):
         return math.ceil(k / PRODUCER_KB[32 // M * N])
     return math.ceil(k / (32 if M <= 32 else 64))
 
@@ -45,10 +46,15 @@ def candidates(m, n, k, N, M, sms, kernels, waves):
     out = []
     for c in kernels:
         bm, bn, bps = TILE[c]
-        if c == 21 and m <= 16:
+        if c in (21, 22) and m <= 16:
             continue
         u = units(c, k, N, M)
         ctas1 = math.ceil(m / bm) * math.ceil(n / bn)
+        if c == 22:  # split-K on the last round's tiles only: grids of more than one round, a partial last one
+            tail = ctas1 % sms
+            if ctas1 > sms and tail:
+                out += [(c, s) for s in SPLITS[1:] if u // s >= 4 and tail * s <= 2 * sms]
+            continue
         for s in SPLITS:
             if s > 1 and (u // s < 4 or ctas1 * s > waves * sms * bps):
                 break
@@ -62,7 +68,7 @@ def main():
     ap.add_argument("--ms", default="256,512,1024,2048")
     ap.add_argument("--waves", type=float, default=4.5, help="largest grid, in waves of the kernel's blocks")
     ap.add_argument("--Ns", default="16,12,8,4")
-    ap.add_argument("--kernels", default="21,18,19,20,5,3,2")
+    ap.add_argument("--kernels", default="21,22,18,19,20,5,3,2")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--name", default="sweep_splits.csv")
     a = ap.parse_args()

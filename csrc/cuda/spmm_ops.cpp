@@ -207,7 +207,10 @@ at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const a
   // device has clusters (unless switched off for A/B timing).
   const bool cluster_split = clusters && cluster_split_enabled();
   const bool cluster_reduce = plan_reduces_in_cluster(plan.kernel, plan.split_k, cluster_split);
-  if (plan_uses_workspace(plan.kernel, plan.split_k, cluster_split)) workspace = at::empty({plan.split_k, m, out}, y.options());
+  if (plan.kernel == kProducerTail128x256)  // split partial tiles of the tail only (may be none)
+    workspace = at::empty({producer_tail_workspace_floats(m, out, plan.split_k, device.sms)}, y.options());
+  else if (plan_uses_workspace(plan.kernel, plan.split_k, cluster_split))
+    workspace = at::empty({plan.split_k, m, out}, y.options());
   if (kernel_reads_xt(plan.kernel))
     xt = at::empty({in, kernels::tiled_xt_ld(m)}, y.options());
 
@@ -221,7 +224,7 @@ at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const a
   p.col_info = has_col_info ? cols.data_ptr<uint8_t>() : nullptr;
   p.bias = b.defined() ? b.data_ptr<float>() : nullptr;
   p.y = y.data_ptr<float>();
-  p.workspace = workspace.defined() ? workspace.data_ptr<float>() : nullptr;
+  p.workspace = workspace.defined() && workspace.numel() > 0 ? workspace.data_ptr<float>() : nullptr;
   p.m = m;
   p.n = out;
   p.k = in;

@@ -24,7 +24,11 @@
 // Tails: the tensor copies zero-fill rows past k (A) and w (B) and columns past ldxt (A) and n (B);
 // the last stage of the last split may hold fewer than WB compressed rows (k % KB != 0), which the
 // math walks one by one. Split-K: gridDim.z splits the k-blocks; each split writes its partial tile
-// to the workspace, reduced in fixed order by reduce_splits (deterministic, no atomics). Epilogue:
+// to the workspace, reduced in fixed order by reduce_splits (deterministic, no atomics). TAIL (kernel
+// 22): a 1-D grid of the tiles (m-tile fastest) whose last `tail` tiles alone are split (csrc/dispatch.h,
+// producer_tail_tiles): blocks [0, tiles - tail) compute whole tiles into y, the rest one split of a
+// tail tile each into a compact workspace [split_k][tail][BM][BN], which reduce_tail_tiles_kernel
+// sums in fixed order (+ bias). Epilogue:
 // the tile is staged row-major in shared memory and written by bulk copies, one per row.
 // Measured against the 1-D bulk copy per row (one per xT or values row): that version was copy-bound
 // at 19-35 TFLOP/s (experiments/s28_producer_probe1.txt); with the tensor copies the kernel runs as
@@ -139,7 +143,7 @@ __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
-template <class C>
+template <class C, bool TAIL>
 __global__ void __launch_bounds__(C::THREADS, 1)
     spmm_producer_kernel(const SpmmParams p, const __grid_constant__ CUtensorMap tm_a,
                          const __grid_constant__ CUtensorMap tm_b) {
@@ -153,12 +157,38 @@ __global__ void __launch_bounds__(C::THREADS, 1)
   const uint32_t empty_bar = full_bar + 8 * STAGES;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int64_t m0 = static_cast<int64_t>(blockIdx.x) * BM;
-  const int64_t n0 = static_cast<int64_t>(blockIdx.y) * BN;
   const int64_t M_ = p.m, N_ = p.n, K_ = p.k;
+  // This block's tile, split and split count; tail_slot >= 0: a split of the tail's tile tail_slot.
+  int64_t tile_m, tile_n, z, tail = 0, tail_slot = -1;
+  int splits;
+  if constexpr (TAIL) {
+    const int64_t mt = (M_ + BM - 1) / BM;
+    const int64_t tiles = mt * ((N_ + BN - 1) / BN);
+    // The launcher sizes the grid tiles + tail x (split_k - 1).
+    tail = p.split_k > 1 ? (static_cast<int64_t>(gridDim.x) - tiles) / (p.split_k - 1) : 0;
+    int64_t t = blockIdx.x;
+    z = 0;
+    splits = 1;
+    if (t >= tiles - tail) {
+      const int64_t j = t - (tiles - tail);
+      tail_slot = j % tail;
+      z = j / tail;
+      splits = p.split_k;
+      t = tiles - tail + tail_slot;
+    }
+    tile_m = t % mt;
+    tile_n = t / mt;
+  } else {
+    tile_m = blockIdx.x;
+    tile_n = blockIdx.y;
+    z = blockIdx.z;
+    splits = p.split_k;
+  }
+  const int64_t m0 = tile_m * BM;
+  const int64_t n0 = tile_n * BN;
   const int64_t kblocks = (K_ + KB - 1) / KB;
-  const int64_t kb_begin = kblocks * blockIdx.z / p.split_k;
-  const int64_t kb_end = kblocks * (blockIdx.z + 1) / p.split_k;
+  const int64_t kb_begin = kblocks * z / splits;
+  const int64_t kb_end = kblocks * (z + 1) / splits;
   const int nk = static_cast<int>(kb_end - kb_begin);
   const int64_t w = K_ / p.M * p.N;  // compressed rows
 
@@ -317,8 +347,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)
   // Epilogue: every math warp is done with the pipeline (and every copy has landed: each stage's
   // full barrier was waited on), so the tile is staged over it: rows of BN + 4 floats.
   named_barrier_sync(1, C::MATH_THREADS);
-  const bool split = p.split_k > 1;
-  float* const out = split ? p.workspace + static_cast<int64_t>(blockIdx.z) * M_ * N_ : p.y;
+  const bool split = splits > 1;
   constexpr int CS = BN + 4;
 #pragma unroll
   for (int i = 0; i < 16; ++i) {
@@ -336,11 +365,52 @@ __global__ void __launch_bounds__(C::THREADS, 1)
   }
   bulk_store_fence();
   named_barrier_sync(1, C::MATH_THREADS);
-  const int64_t cols = N_ - n0 < BN ? N_ - n0 : BN;
+  // Row r of the tile goes to out + r * ld: y or the [split_k, m, n] workspace, or (a tail split)
+  // the compact workspace's whole BN-wide tile row.
+  float* out;
+  int64_t ld, cols;
+  if (TAIL && split) {
+    out = p.workspace + (z * tail + tail_slot) * BM * BN;
+    ld = BN;
+    cols = BN;
+  } else {
+    out = (split ? p.workspace + z * M_ * N_ : p.y) + m0 * N_ + n0;
+    ld = N_;
+    cols = N_ - n0 < BN ? N_ - n0 : BN;
+  }
   for (int r = tid; r < BM; r += C::MATH_THREADS) {
-    if (m0 + r < M_) bulk_store_row(out + (m0 + r) * N_ + n0, smem + r * CS, static_cast<uint32_t>(cols * 4));
+    if (m0 + r < M_) bulk_store_row(out + r * ld, smem + r * CS, static_cast<uint32_t>(cols * 4));
   }
   bulk_store_commit_and_wait_read();
+}
+
+// Kernel 22's reduction: y[tile] = sum_{z < splits} ws[z][slot] (+ bias) for the tail's tiles, in
+// fixed z order; slot s is the tile first_tile + s (m-tile fastest over mt m-tiles). n % 4 == 0.
+template <int BM, int BN>
+__global__ void reduce_tail_tiles_kernel(const float* __restrict__ ws, int splits, int64_t tail, int64_t first_tile,
+                                         int64_t mt, int64_t m, int64_t n, const float* __restrict__ bias,
+                                         float* __restrict__ y) {
+  grid_dependency_wait();  // launched while the tail's blocks may still run
+  constexpr int64_t TILE_F4 = BM * BN / 4;
+  const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;  // float4 of the tail
+  if (e >= tail * TILE_F4) return;
+  const int64_t slot = e / TILE_F4;
+  const int r = static_cast<int>(e % TILE_F4) / (BN / 4);
+  const int c = static_cast<int>(e % (BN / 4)) * 4;
+  const int64_t t = first_tile + slot;
+  const int64_t row = (t % mt) * BM + r, col = (t / mt) * BN + c;
+  if (row >= m || col >= n) return;
+  const float* src = ws + slot * (BM * BN) + r * BN + c;
+  float4 s = *reinterpret_cast<const float4*>(src);
+  for (int z = 1; z < splits; ++z) {
+    const float4 v = *reinterpret_cast<const float4*>(src + z * tail * (BM * BN));
+    s.x += v.x; s.y += v.y; s.z += v.z; s.w += v.w;
+  }
+  if (bias != nullptr) {
+    const float4 b = *reinterpret_cast<const float4*>(bias + col);
+    s.x += b.x; s.y += b.y; s.z += b.z; s.w += b.w;
+  }
+  *reinterpret_cast<float4*>(y + row * n + col) = s;
 }
 
 // cuTensorMapEncodeTiled from the driver, looked up once (no link against libcuda); nullptr if the
@@ -372,11 +442,12 @@ inline bool encode_matrix(CUtensorMap* map, const float* base, int64_t rows, int
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-// Launches the warp-specialized kernel. Refuses (cudaErrorInvalidValue) what it was not built for:
-// compute capability < 9.0, KB / M * N != WB, L < 32, cluster_reduce, unaligned values / xT / output,
-// sizes past the tensor copies' 32-bit coordinates.
-template <class C>
-cudaError_t launch_producer(const SpmmParams& p, cudaStream_t stream) {
+// Launches the warp-specialized kernel (TAIL: kernel 22 with `tail` split tiles, and its reduction).
+// Refuses (cudaErrorInvalidValue) what it was not built for: compute capability < 9.0,
+// KB / M * N != WB, L < 32, cluster_reduce, unaligned values / xT / output, sizes past the tensor
+// copies' 32-bit coordinates, a tail larger than the grid.
+template <class C, bool TAIL>
+cudaError_t launch_producer_impl(const SpmmParams& p, cudaStream_t stream, int64_t tail) {
   static bool configured[kMaxDevices] = {};
   static int major[kMaxDevices] = {};
   int dev = 0;
@@ -389,19 +460,28 @@ cudaError_t launch_producer(const SpmmParams& p, cudaStream_t stream) {
       p.n % 32 != 0 || p.cluster_reduce || p.xt == nullptr || p.ldxt % 4 != 0 || p.ldxt > kMaxCoord ||
       p.n > kMaxCoord || p.k > kMaxCoord || w > kMaxCoord)
     return cudaErrorInvalidValue;
-  if (reinterpret_cast<uintptr_t>(p.values) % 16 != 0 || reinterpret_cast<uintptr_t>(p.xt) % 16 != 0 ||
-      reinterpret_cast<uintptr_t>(p.split_k > 1 ? p.workspace : p.y) % 16 != 0)
-    return cudaErrorInvalidValue;
-  const cudaError_t err = set_smem_limit_once(configured, spmm_producer_kernel<C>, static_cast<int>(C::SMEM_BYTES));
-  if (err != cudaSuccess) return err;
   const int64_t mt = (p.m + C::BM - 1) / C::BM, ntl = (p.n + C::BN - 1) / C::BN;
+  // Kernel 22 without a split or without a tail is kernel 21 with split 1.
+  const bool tail_split = TAIL && p.split_k > 1 && tail > 0;
+  if (TAIL && (tail < 0 || tail > mt * ntl)) return cudaErrorInvalidValue;
+  const bool to_workspace = TAIL ? tail_split : p.split_k > 1;
+  if (to_workspace && p.workspace == nullptr) return cudaErrorInvalidValue;
+  if (reinterpret_cast<uintptr_t>(p.values) % 16 != 0 || reinterpret_cast<uintptr_t>(p.xt) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(p.y) % 16 != 0 || reinterpret_cast<uintptr_t>(p.workspace) % 16 != 0)
+    return cudaErrorInvalidValue;
+  const cudaError_t err =
+      set_smem_limit_once(configured, spmm_producer_kernel<C, TAIL>, static_cast<int>(C::SMEM_BYTES));
+  if (err != cudaSuccess) return err;
   if (mt > 0x7fffffff || ntl > 65535 || p.split_k > 65535) return cudaErrorInvalidConfiguration;
+  const int64_t grid_1d = mt * ntl + (tail_split ? tail * (p.split_k - 1) : 0);
+  if (TAIL && grid_1d > 0x7fffffff) return cudaErrorInvalidConfiguration;
   CUtensorMap tm_a, tm_b;  // xT [k, ldxt] in KB x BM boxes, values [w, n] in WB x BN boxes
   if (!encode_matrix(&tm_a, p.xt, p.k, p.ldxt, p.ldxt, C::KB, C::BM) ||
       !encode_matrix(&tm_b, p.values, w, p.n, p.n, C::WB, C::BN))
     return cudaErrorInvalidValue;
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(mt), static_cast<unsigned>(ntl), static_cast<unsigned>(p.split_k));
+  cfg.gridDim = TAIL ? dim3(static_cast<unsigned>(grid_1d), 1, 1)
+                     : dim3(static_cast<unsigned>(mt), static_cast<unsigned>(ntl), static_cast<unsigned>(p.split_k));
   cfg.blockDim = dim3(C::THREADS, 1, 1);
   cfg.dynamicSmemBytes = C::SMEM_BYTES;  // one block per SM: no padding needed under dependent launch
   cfg.stream = stream;
@@ -412,7 +492,38 @@ cudaError_t launch_producer(const SpmmParams& p, cudaStream_t stream) {
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = p.dependent_launch ? 1 : 0;
-  return cudaLaunchKernelEx(&cfg, spmm_producer_kernel<C>, p, tm_a, tm_b);
+  if constexpr (!TAIL) {
+    return cudaLaunchKernelEx(&cfg, spmm_producer_kernel<C, false>, p, tm_a, tm_b);
+  } else {
+    SpmmParams q = p;
+    if (!tail_split) q.split_k = 1;  // the kernel then computes every tile whole
+    cudaError_t e = cudaLaunchKernelEx(&cfg, spmm_producer_kernel<C, true>, q, tm_a, tm_b);
+    if (e != cudaSuccess || !tail_split) return e;
+    // The tail's reduction, launched (sm_90, overlap_launches) while the kernel's last blocks run.
+    const int threads = 256;
+    const int64_t blocks = (tail * (C::BM * C::BN / 4) + threads - 1) / threads;
+    if (blocks > 0x7fffffff) return cudaErrorInvalidConfiguration;
+    cudaLaunchConfig_t rc = {};
+    rc.gridDim = dim3(static_cast<unsigned>(blocks), 1, 1);
+    rc.blockDim = dim3(threads, 1, 1);
+    rc.stream = stream;
+    cudaLaunchAttribute rattr[1];
+    rattr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    rattr[0].val.programmaticStreamSerializationAllowed = 1;
+    rc.attrs = rattr;
+    rc.numAttrs = p.overlap_launches ? 1 : 0;
+    return cudaLaunchKernelEx(&rc, reduce_tail_tiles_kernel<C::BM, C::BN>, static_cast<const float*>(p.workspace),
+                              p.split_k, tail, mt * ntl - tail, mt, p.m, p.n, p.bias, p.y);
+  }
+}
+
+template <class C>
+cudaError_t launch_producer(const SpmmParams& p, cudaStream_t stream) {
+  return launch_producer_impl<C, false>(p, stream, 0);
+}
+template <class C>
+cudaError_t launch_producer_tail(const SpmmParams& p, cudaStream_t stream, int64_t tail_tiles) {
+  return launch_producer_impl<C, true>(p, stream, tail_tiles);
 }
 
 }  // namespace kernels

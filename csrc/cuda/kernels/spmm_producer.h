@@ -13,6 +13,11 @@ struct ProducerConfig;
 
 template <class C>
 cudaError_t launch_producer(const SpmmParams& p, cudaStream_t stream);
+// Kernel 22: the same kernel with split-K only for the last `tail_tiles` tiles
+// (csrc/dispatch.h::producer_tail_tiles), plus their reduction; p.workspace holds
+// split_k x tail_tiles x BM x BN floats.
+template <class C>
+cudaError_t launch_producer_tail(const SpmmParams& p, cudaStream_t stream, int64_t tail_tiles);
 
 // Kernel 21: 128x256 tiles (8 math warps), chosen in the session-28 probe
 // (benchmarks/results/h100/experiments/s28_producer_probe2.txt: 256x128 measured the same, 128x128
@@ -24,6 +29,11 @@ cudaError_t launch_producer(const SpmmParams& p, cudaStream_t stream);
   extern template cudaError_t launch_producer<ProducerConfig<WM, WN, KB, WB, S>>(const SpmmParams&, cudaStream_t);
 NMSPMM_PRODUCER_CONFIGS(NMSPMM_DECLARE_PRODUCER)
 #undef NMSPMM_DECLARE_PRODUCER
+#define NMSPMM_DECLARE_PRODUCER_TAIL(WM, WN, KB, WB, S)                                                      \
+  extern template cudaError_t launch_producer_tail<ProducerConfig<WM, WN, KB, WB, S>>(const SpmmParams&, \
+                                                                                      cudaStream_t, int64_t);
+NMSPMM_PRODUCER_CONFIGS(NMSPMM_DECLARE_PRODUCER_TAIL)
+#undef NMSPMM_DECLARE_PRODUCER_TAIL
 
 }  // namespace kernels
 }  // namespace nmspmm

@@ -14,6 +14,7 @@
 
 #include "../../dispatch.h"
 #include "launch_overlap.cuh"
+#include "smem_limit.h"
 #include "spmm.h"
 #include "spmm_decode.h"
 #include "spmm_producer.h"
@@ -318,6 +319,23 @@ cudaError_t launch_producer_any(const SpmmParams& p, cudaStream_t stream) {
   return cudaErrorInvalidValue;
 }
 
+// Kernel 22: kernel 21 with split-K on the tail only; the tail is producer_tail_tiles on this device's
+// SM count (queried once per device), as the binding sized the workspace.
+cudaError_t launch_producer_tail_any(const SpmmParams& p, cudaStream_t stream) {
+  static int sms[kMaxDevices] = {};
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) return cudaErrorInvalidDevice;
+  if (sms[dev] == 0 && cudaDeviceGetAttribute(&sms[dev], cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+    return cudaErrorInvalidDevice;
+  const int64_t tail = producer_tail_tiles(p.m, p.n, sms[dev]);
+  const ProducerShape s = producer_shape(p.N, p.M);
+  if (s.kb == 32 && s.wb == 12) return launch_producer_tail<ProducerConfig<1, 8, 32, 12, 4>>(p, stream, tail);
+  if (s.kb == 32 && s.wb == 16) return launch_producer_tail<ProducerConfig<1, 8, 32, 16, 4>>(p, stream, tail);
+  if (s.kb == 64 && s.wb == 16) return launch_producer_tail<ProducerConfig<1, 8, 64, 16, 3>>(p, stream, tail);
+  if (s.kb == 128 && s.wb == 16) return launch_producer_tail<ProducerConfig<1, 8, 128, 16, 2>>(p, stream, tail);
+  return cudaErrorInvalidValue;
+}
+
 template <int BM, int BN, int TM>
 cudaError_t launch_nonpacked(const SpmmParams& p, cudaStream_t stream) {
   if (p.M <= 32) return launch_tiled_any_l<BM, BN, TM, 32, false>(p, stream);
@@ -332,7 +350,8 @@ cudaError_t launch_spmm(const SpmmParams& p, int kernel, cudaStream_t stream) {
   // cluster_reduce only where the plan can reduce in a cluster; otherwise split-K needs the workspace.
   if (p.cluster_reduce && !plan_reduces_in_cluster(kernel, p.split_k, true)) return cudaErrorInvalidValue;
   if (p.cluster_reduce && is_cluster_decode_kernel(kernel)) return cudaErrorInvalidValue;
-  const bool uses_split = plan_uses_workspace(kernel, p.split_k, p.cluster_reduce);
+  // Kernel 22 launches its own reduction and checks its (tail-sized, possibly empty) workspace.
+  const bool uses_split = kernel != kProducerTail128x256 && plan_uses_workspace(kernel, p.split_k, p.cluster_reduce);
   if (uses_split && p.workspace == nullptr) return cudaErrorInvalidValue;
   if ((is_tiled_kernel(kernel) || is_packed_kernel(kernel)) && p.L < 16) return cudaErrorInvalidValue;
   if (p.m == 0 || p.n == 0) return cudaSuccess;
@@ -378,6 +397,7 @@ cudaError_t launch_spmm(const SpmmParams& p, int kernel, cudaStream_t stream) {
     case kWarpPacked64x128: err = launch_warp_packed<WarpPacked64x128>(p, stream); break;
     case kWarpPacked32x128: err = launch_warp_packed<WarpPacked32x128>(p, stream); break;
     case kProducer128x256: err = launch_producer_any(p, stream); break;
+    case kProducerTail128x256: err = launch_producer_tail_any(p, stream); break;
     default: return cudaErrorInvalidValue;
   }
   if (err != cudaSuccess || !uses_split) return err;
