@@ -128,10 +128,14 @@ constexpr int kMaxClusterSplit = 2;
 // (compute capability >= 9.0). The cluster decode kernels always do; a tiled or packing kernel
 // with 2 <= split_k <= kMaxClusterSplit does on such a device: the split_k blocks of an output
 // tile form one cluster and sum their partial tiles through distributed shared memory.
+// Kernel 21 (one block per SM) reduces splits 2..kMaxProducerClusterSplit inside a cluster (session 30);
+// kernel 22 (split tail tiles among whole ones) always through its workspace.
+constexpr int kMaxProducerClusterSplit = 8;
 inline bool plan_reduces_in_cluster(int kernel, int split_k, bool clusters) {
   if (is_cluster_decode_kernel(kernel)) return true;
-  return clusters && split_k > 1 && split_k <= kMaxClusterSplit && kernel_reads_xt(kernel) &&
-         !is_producer_kernel(kernel);  // its split-K goes through the workspace
+  if (kernel == kProducerTail128x256) return false;
+  if (kernel == kProducer128x256) return clusters && split_k > 1 && split_k <= kMaxProducerClusterSplit;
+  return clusters && split_k > 1 && split_k <= kMaxClusterSplit && kernel_reads_xt(kernel);
 }
 // Whether a plan writes a split-K workspace [split_k, m, n] that a second launch reduces.
 inline bool plan_uses_workspace(int kernel, int split_k, bool clusters) {

@@ -24,7 +24,9 @@
 // Tails: the tensor copies zero-fill rows past k (A) and w (B) and columns past ldxt (A) and n (B);
 // the last stage of the last split may hold fewer than WB compressed rows (k % KB != 0), which the
 // math walks one by one. Split-K: gridDim.z splits the k-blocks; each split writes its partial tile
-// to the workspace, reduced in fixed order by reduce_splits (deterministic, no atomics). TAIL (kernel
+// to the workspace, reduced in fixed order by reduce_splits (deterministic, no atomics), or with
+// p.cluster_reduce (split_k 2..8, session 30) the split_k blocks of a tile form a thread-block cluster
+// and sum their partial tiles through distributed shared memory in rank order. TAIL (kernel
 // 22): a 1-D grid of the tiles (m-tile fastest) whose last `tail` tiles alone are split (csrc/dispatch.h,
 // producer_tail_tiles): blocks [0, tiles - tail) compute whole tiles into y, the rest one split of a
 // tail tile each into a compact workspace [split_k][tail][BM][BN], which reduce_tail_tiles_kernel
@@ -40,7 +42,10 @@
 
 #include <cstdint>
 
+#include <cooperative_groups.h>
+
 #include "bulk_store.cuh"
+#include "cluster_barrier.cuh"
 #include "launch_overlap.cuh"
 #include "smem_limit.h"
 #include "spmm.h"
@@ -142,6 +147,14 @@ __device__ __forceinline__ void tensor_load_2d(uint32_t dst, const CUtensorMap* 
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
+// The producer warpgroup's part in the cluster reduction's two cluster barriers (every thread of
+// every block of the cluster takes part in both): it has no partial tile of its own.
+__device__ __forceinline__ void cluster_reduce_barriers_without_tile() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  cooperative_groups::this_cluster().sync();
+  cluster_sync_before_exit();
+#endif
+}
 
 template <class C, bool TAIL>
 __global__ void __launch_bounds__(C::THREADS, 1)
@@ -205,7 +218,10 @@ __global__ void __launch_bounds__(C::THREADS, 1)
   if (warp >= C::MATH_WARPS) {
     // ---------------- producer warpgroup (its first warp works) ----------------
     setmaxnreg_dec<40>();
-    if (warp != C::MATH_WARPS) return;
+    if (warp != C::MATH_WARPS) {
+      if (!TAIL && p.cluster_reduce) cluster_reduce_barriers_without_tile();
+      return;
+    }
     const int64_t q = N_ / p.L;
     const int64_t vec0 = n0 / p.L;
     const int tile_off = static_cast<int>(n0 % p.L);
@@ -261,6 +277,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)
         mbar_arrive(bar);
       }
     }
+    if (!TAIL && p.cluster_reduce) cluster_reduce_barriers_without_tile();
     return;
   }
 
@@ -347,6 +364,46 @@ __global__ void __launch_bounds__(C::THREADS, 1)
   // Epilogue: every math warp is done with the pipeline (and every copy has landed: each stage's
   // full barrier was waited on), so the tile is staged over it: rows of BN + 4 floats.
   named_barrier_sync(1, C::MATH_THREADS);
+  if (!TAIL && p.cluster_reduce) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    // Split-K inside a cluster of split_k blocks (rank = blockIdx.z): every math thread parks its
+    // 32 float4 of the partial tile in shared memory (slot-major, as tile_epilogue.cuh), then rank r
+    // sums slots r, r + split_k, ... over the ranks in rank order (+ bias) and writes them to y:
+    // the workspace path's order, so the same bits. No workspace, no second launch.
+    namespace cg = cooperative_groups;
+    const cg::cluster_group cluster = cg::this_cluster();
+    float4* const part = reinterpret_cast<float4*>(smem);
+#pragma unroll
+    for (int i = 0; i < 16; ++i)
+#pragma unroll
+      for (int g = 0; g < 2; ++g)
+        part[(2 * i + g) * C::MATH_THREADS + tid] =
+            make_float4(acc[i][4 * g], acc[i][4 * g + 1], acc[i][4 * g + 2], acc[i][4 * g + 3]);
+    cluster.sync();
+    const int ranks = p.split_k;
+#pragma unroll 1
+    for (int j = static_cast<int>(blockIdx.z); j < 32; j += ranks) {
+      const int i = j / 2, g = j % 2;
+      const int64_t row = m0 + ti + 32 * (i / 4) + (i % 4);
+      const int64_t col = n0 + tj + 16 * g;
+      if (row >= M_ || col >= N_) continue;
+      float4* const slot = part + j * C::MATH_THREADS + tid;
+      float4 v = *cluster.map_shared_rank(slot, 0);
+#pragma unroll 1
+      for (int r = 1; r < ranks; ++r) {
+        const float4 o = *cluster.map_shared_rank(slot, r);
+        v.x += o.x; v.y += o.y; v.z += o.z; v.w += o.w;
+      }
+      if (p.bias != nullptr) {
+        const float4 bb = *reinterpret_cast<const float4*>(p.bias + col);
+        v.x += bb.x; v.y += bb.y; v.z += bb.z; v.w += bb.w;
+      }
+      *reinterpret_cast<float4*>(p.y + row * N_ + col) = v;
+    }
+    cluster_sync_before_exit();  // no block leaves while another still reads its shared memory
+#endif
+    return;
+  }
   const bool split = splits > 1;
   constexpr int CS = BN + 4;
 #pragma unroll
@@ -444,7 +501,7 @@ inline bool encode_matrix(CUtensorMap* map, const float* base, int64_t rows, int
 
 // Launches the warp-specialized kernel (TAIL: kernel 22 with `tail` split tiles, and its reduction).
 // Refuses (cudaErrorInvalidValue) what it was not built for: compute capability < 9.0,
-// KB / M * N != WB, L < 32, cluster_reduce, unaligned values / xT / output, sizes past the tensor
+// KB / M * N != WB, L < 32, cluster_reduce outside split_k 2..8 or with TAIL, unaligned values / xT / output, sizes past the tensor
 // copies' 32-bit coordinates, a tail larger than the grid.
 template <class C, bool TAIL>
 cudaError_t launch_producer_impl(const SpmmParams& p, cudaStream_t stream, int64_t tail) {
@@ -457,14 +514,14 @@ cudaError_t launch_producer_impl(const SpmmParams& p, cudaStream_t stream, int64
   const int64_t w = p.k / p.M * p.N;
   constexpr int64_t kMaxCoord = 0x7fffffff;
   if (major[dev] < 9 || p.M > C::KB || C::KB % p.M != 0 || C::KB / p.M * p.N != C::WB || p.L < 32 ||
-      p.n % 32 != 0 || p.cluster_reduce || p.xt == nullptr || p.ldxt % 4 != 0 || p.ldxt > kMaxCoord ||
+      p.n % 32 != 0 || (p.cluster_reduce && (TAIL || p.split_k < 2 || p.split_k > 8)) || p.xt == nullptr || p.ldxt % 4 != 0 || p.ldxt > kMaxCoord ||
       p.n > kMaxCoord || p.k > kMaxCoord || w > kMaxCoord)
     return cudaErrorInvalidValue;
   const int64_t mt = (p.m + C::BM - 1) / C::BM, ntl = (p.n + C::BN - 1) / C::BN;
   // Kernel 22 without a split or without a tail is kernel 21 with split 1.
   const bool tail_split = TAIL && p.split_k > 1 && tail > 0;
   if (TAIL && (tail < 0 || tail > mt * ntl)) return cudaErrorInvalidValue;
-  const bool to_workspace = TAIL ? tail_split : p.split_k > 1;
+  const bool to_workspace = TAIL ? tail_split : p.split_k > 1 && !p.cluster_reduce;
   if (to_workspace && p.workspace == nullptr) return cudaErrorInvalidValue;
   if (reinterpret_cast<uintptr_t>(p.values) % 16 != 0 || reinterpret_cast<uintptr_t>(p.xt) % 16 != 0 ||
       reinterpret_cast<uintptr_t>(p.y) % 16 != 0 || reinterpret_cast<uintptr_t>(p.workspace) % 16 != 0)
@@ -487,11 +544,23 @@ cudaError_t launch_producer_impl(const SpmmParams& p, cudaStream_t stream, int64
   cfg.stream = stream;
   // Launched during the x transpose (p.dependent_launch): the producer waits for it before its first
   // tensor copy; the math warps read only shared memory and write y.
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  // With p.cluster_reduce the split_k blocks of a tile (along z) form one thread-block cluster.
+  cudaLaunchAttribute attr[2];
+  unsigned nattr = 0;
+  if (p.dependent_launch) {
+    attr[nattr].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[nattr].val.programmaticStreamSerializationAllowed = 1;
+    ++nattr;
+  }
+  if (!TAIL && p.cluster_reduce) {
+    attr[nattr].id = cudaLaunchAttributeClusterDimension;
+    attr[nattr].val.clusterDim.x = 1;
+    attr[nattr].val.clusterDim.y = 1;
+    attr[nattr].val.clusterDim.z = static_cast<unsigned>(p.split_k);
+    ++nattr;
+  }
   cfg.attrs = attr;
-  cfg.numAttrs = p.dependent_launch ? 1 : 0;
+  cfg.numAttrs = nattr;
   if constexpr (!TAIL) {
     return cudaLaunchKernelEx(&cfg, spmm_producer_kernel<C, false>, p, tm_a, tm_b);
   } else {
