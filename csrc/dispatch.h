@@ -128,9 +128,16 @@ constexpr int kMaxClusterSplit = 2;
 // (compute capability >= 9.0). The cluster decode kernels always do; a tiled or packing kernel
 // with 2 <= split_k <= kMaxClusterSplit does on such a device: the split_k blocks of an output
 // tile form one cluster and sum their partial tiles through distributed shared memory.
-// Kernel 21 (one block per SM) reduces splits 2..kMaxProducerClusterSplit inside a cluster (session 30);
-// kernel 22 (split tail tiles among whole ones) always through its workspace.
-constexpr int kMaxProducerClusterSplit = 8;
+// Kernel 21 (one block per SM) reduces split 2 inside a cluster (session 30); kernel 22 (split tail
+// tiles among whole ones) always through its workspace. The kernel takes clusters of 2..8, but the
+// H100 measured (flushed sweeps of kernel 21's splits at m = 256..1024 with and without
+// NMSPMM_NO_CLUSTER_SPLIT=1, experiments/s30_sweep_k21_{cluster,ws}.csv): split 2 1.02-1.04x faster
+// than the workspace on geomean per m (0.996-1.18x); splits 3..8 1.02-1.04x faster where the grid's
+// clusters all fit at once, but 0.80-0.95x on geomean (down to 0.52x) where they do not. A cluster
+// lives in one GPC: with one block per SM the H100 keeps 66 clusters of 2 resident, but only 39 of 3,
+// 30 of 4, 22 of 5, 17 of 6 and 15 of 7 or 8 (tools/cluster_occupancy_probe.cu,
+// experiments/s30_cluster_occupancy.txt), so a cluster grid leaves up to 30 SMs idle.
+constexpr int kMaxProducerClusterSplit = 2;
 inline bool plan_reduces_in_cluster(int kernel, int split_k, bool clusters) {
   if (is_cluster_decode_kernel(kernel)) return true;
   if (kernel == kProducerTail128x256) return false;

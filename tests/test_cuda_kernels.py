@@ -161,10 +161,8 @@ def effective_split(w, m, kernel, split_k, with_col_info=True):
         kernel, split_k = ops.spmm_heuristic(m, w.n, w.k, w.N, w.M, w.L, with_col_info, num_sms())
     if kernel == GENERIC or kernel in CLUSTER:
         return 1
-    if split_k == 2 and cluster_split() and kernel not in PRODUCER:
-        return 1  # reduced in a cluster, no workspace
-    if kernel == 21 and 2 <= split_k <= 8 and cluster_split():
-        return 1  # kernel 21 reduces splits 2..8 in a cluster
+    if split_k == 2 and cluster_split() and kernel != 22:
+        return 1  # reduced in a cluster, no workspace (kernel 21 too since session 30)
     return split_k  # workspace blocks
 
 
@@ -481,9 +479,8 @@ def test_cluster_split_bitwise_equals_workspace_split(tmp_path):
         pytest.skip("split-K reduces through the workspace on this device")
     w = large_weight(512, 2048, 2, 8)
     x = torch.randn(200, w.k, device=DEV)
-    # Kernel 21 reduces splits 2..8 in a cluster (one block per SM, session 30).
-    assert_switch_keeps_bits(tmp_path, "ws", w, x, [(k, 2) for k in TILED + PACKED + WARP_PACKED + PRODUCER] +
-                             [(21, 3), (21, 5), (21, 8)],
+    # (Kernel 21 reduces split 2 in a cluster since session 30; kernel 22 always through its workspace.)
+    assert_switch_keeps_bits(tmp_path, "ws", w, x, [(k, 2) for k in TILED + PACKED + WARP_PACKED + PRODUCER],
                              "cluster and workspace reductions", NMSPMM_NO_CLUSTER_SPLIT="1")
 
 
@@ -495,8 +492,8 @@ def test_workspace_split_repeated_and_graphed():
     values, indices, N, M, L, (cols, packed) = w.args()
     x = torch.randn(200, w.k, device=DEV)
     small = torch.randn(40, w.k, device=DEV)
-    # A tiled, a warp-packed and the warp-specialized kernels (21: splits 4 and 8 reduce in a cluster
-    # since session 30; 22: every tile of this grid is a tail tile, through its workspace).
+    # A tiled, a warp-packed and the warp-specialized kernels (22: every tile of this grid is a tail
+    # tile, through its own workspace).
     for k in (5, 19, 21, 22):
         first = ops.spmm_with_plan(x, values, indices, N, M, L, None, None, None, k, 4)
         ref, scale = w.reference(x, None)
