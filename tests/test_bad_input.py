@@ -323,7 +323,7 @@ def test_indices_not_ascending_cpu(kind):
 # spmm_with_plan
 
 
-@pytest.mark.parametrize("kernel", [22, 100, -1])
+@pytest.mark.parametrize("kernel", [23, 100, -1])
 def test_plan_unknown_kernel(kernel, device):
     _, _, values, indices = _packed(device)
     with raises(r"nmspmm.spmm_with_plan: (unknown kernel|kernel must be >= 0)"):
