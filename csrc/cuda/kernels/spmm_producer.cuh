@@ -156,7 +156,11 @@ __device__ __forceinline__ void cluster_reduce_barriers_without_tile() {
 #endif
 }
 
-template <class C, bool TAIL>
+// CLUSTER: split-K reduced in a cluster (p.cluster_reduce). A kernel instance of its own: with the
+// cluster epilogue in the same function ptxas allocated the main loop's registers differently and the
+// plain kernel ran 1.5-7% slower (session-30 benchmark, same plans; the SASS of the FFMA block
+// changed), so the plain instance keeps its code unchanged.
+template <class C, bool TAIL, bool CLUSTER>
 __global__ void __launch_bounds__(C::THREADS, 1)
     spmm_producer_kernel(const SpmmParams p, const __grid_constant__ CUtensorMap tm_a,
                          const __grid_constant__ CUtensorMap tm_b) {
@@ -219,7 +223,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)
     // ---------------- producer warpgroup (its first warp works) ----------------
     setmaxnreg_dec<40>();
     if (warp != C::MATH_WARPS) {
-      if (!TAIL && p.cluster_reduce) cluster_reduce_barriers_without_tile();
+      if (CLUSTER) cluster_reduce_barriers_without_tile();
       return;
     }
     const int64_t q = N_ / p.L;
@@ -277,7 +281,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)
         mbar_arrive(bar);
       }
     }
-    if (!TAIL && p.cluster_reduce) cluster_reduce_barriers_without_tile();
+    if (CLUSTER) cluster_reduce_barriers_without_tile();
     return;
   }
 
@@ -364,7 +368,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)
   // Epilogue: every math warp is done with the pipeline (and every copy has landed: each stage's
   // full barrier was waited on), so the tile is staged over it: rows of BN + 4 floats.
   named_barrier_sync(1, C::MATH_THREADS);
-  if (!TAIL && p.cluster_reduce) {
+  if constexpr (CLUSTER) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     // Split-K inside a cluster of split_k blocks (rank = blockIdx.z): every math thread parks its
     // 32 float4 of the partial tile in shared memory (slot-major, as tile_epilogue.cuh), then rank r
@@ -506,6 +510,7 @@ inline bool encode_matrix(CUtensorMap* map, const float* base, int64_t rows, int
 template <class C, bool TAIL>
 cudaError_t launch_producer_impl(const SpmmParams& p, cudaStream_t stream, int64_t tail) {
   static bool configured[kMaxDevices] = {};
+  static bool configured_cluster[kMaxDevices] = {};
   static int major[kMaxDevices] = {};
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) return cudaErrorInvalidDevice;
@@ -526,8 +531,10 @@ cudaError_t launch_producer_impl(const SpmmParams& p, cudaStream_t stream, int64
   if (reinterpret_cast<uintptr_t>(p.values) % 16 != 0 || reinterpret_cast<uintptr_t>(p.xt) % 16 != 0 ||
       reinterpret_cast<uintptr_t>(p.y) % 16 != 0 || reinterpret_cast<uintptr_t>(p.workspace) % 16 != 0)
     return cudaErrorInvalidValue;
+  const bool cluster = !TAIL && p.cluster_reduce;
   const cudaError_t err =
-      set_smem_limit_once(configured, spmm_producer_kernel<C, TAIL>, static_cast<int>(C::SMEM_BYTES));
+      cluster ? set_smem_limit_once(configured_cluster, spmm_producer_kernel<C, false, true>, static_cast<int>(C::SMEM_BYTES))
+              : set_smem_limit_once(configured, spmm_producer_kernel<C, TAIL, false>, static_cast<int>(C::SMEM_BYTES));
   if (err != cudaSuccess) return err;
   if (mt > 0x7fffffff || ntl > 65535 || p.split_k > 65535) return cudaErrorInvalidConfiguration;
   const int64_t grid_1d = mt * ntl + (tail_split ? tail * (p.split_k - 1) : 0);
@@ -552,7 +559,7 @@ cudaError_t launch_producer_impl(const SpmmParams& p, cudaStream_t stream, int64
     attr[nattr].val.programmaticStreamSerializationAllowed = 1;
     ++nattr;
   }
-  if (!TAIL && p.cluster_reduce) {
+  if (cluster) {
     attr[nattr].id = cudaLaunchAttributeClusterDimension;
     attr[nattr].val.clusterDim.x = 1;
     attr[nattr].val.clusterDim.y = 1;
@@ -562,11 +569,12 @@ cudaError_t launch_producer_impl(const SpmmParams& p, cudaStream_t stream, int64
   cfg.attrs = attr;
   cfg.numAttrs = nattr;
   if constexpr (!TAIL) {
-    return cudaLaunchKernelEx(&cfg, spmm_producer_kernel<C, false>, p, tm_a, tm_b);
+    if (cluster) return cudaLaunchKernelEx(&cfg, spmm_producer_kernel<C, false, true>, p, tm_a, tm_b);
+    return cudaLaunchKernelEx(&cfg, spmm_producer_kernel<C, false, false>, p, tm_a, tm_b);
   } else {
     SpmmParams q = p;
     if (!tail_split) q.split_k = 1;  // the kernel then computes every tile whole
-    cudaError_t e = cudaLaunchKernelEx(&cfg, spmm_producer_kernel<C, true>, q, tm_a, tm_b);
+    cudaError_t e = cudaLaunchKernelEx(&cfg, spmm_producer_kernel<C, true, false>, q, tm_a, tm_b);
     if (e != cudaSuccess || !tail_split) return e;
     // The tail's reduction, launched (sm_90, overlap_launches) while the kernel's last blocks run.
     const int threads = 256;
