@@ -128,21 +128,22 @@ constexpr int kMaxClusterSplit = 2;
 // (compute capability >= 9.0). The cluster decode kernels always do; a tiled or packing kernel
 // with 2 <= split_k <= kMaxClusterSplit does on such a device: the split_k blocks of an output
 // tile form one cluster and sum their partial tiles through distributed shared memory.
-// Kernel 21 (one block per SM) reduces split 2 inside a cluster (session 30); kernel 22 (split tail
-// tiles among whole ones) always through its workspace. The kernel takes clusters of 2..8, but the
-// H100 measured (flushed sweeps of kernel 21's splits at m = 256..1024 with and without
-// NMSPMM_NO_CLUSTER_SPLIT=1, experiments/s30_sweep_k21_{cluster,ws}.csv): split 2 1.02-1.04x faster
-// than the workspace on geomean per m (0.996-1.18x); splits 3..8 1.02-1.04x faster where the grid's
-// clusters all fit at once, but 0.80-0.95x on geomean (down to 0.52x) where they do not. A cluster
-// lives in one GPC: with one block per SM the H100 keeps 66 clusters of 2 resident, but only 39 of 3,
-// 30 of 4, 22 of 5, 17 of 6 and 15 of 7 or 8 (tools/cluster_occupancy_probe.cu,
-// experiments/s30_cluster_occupancy.txt), so a cluster grid leaves up to 30 SMs idle.
-constexpr int kMaxProducerClusterSplit = 2;
+// Kernels 21 and 22 reduce split-K through the workspace. Session 30 measured a cluster reduction in
+// kernel 21 (the split_k blocks of a tile as one cluster, rank-order sums through distributed shared
+// memory; experiments/s30_k21_cluster_split.diff) and did not adopt it:
+//   - splits 3..8: 0.80-0.95x the workspace's speed on geomean per m (down to 0.52x) where the grid's
+//     clusters do not all fit at once: a cluster lives in one GPC, and with one block per SM the H100
+//     keeps 66 clusters of 2 resident but only 39 of 3, 30 of 4, 22 of 5, 17 of 6, 15 of 7 or 8
+//     (tools/cluster_occupancy_probe.cu, experiments/s30_cluster_occupancy.txt);
+//   - split 2: 1.02-1.04x faster with the epilogue in the same kernel function
+//     (experiments/s30_sweep_k21_{cluster,ws}.csv), but there ptxas reallocated the FFMA block and every
+//     kernel-21 plan ran 1.5-7% slower (session-30 benchmark); as a kernel instance of its own the
+//     plain kernel's code is unchanged, and the cluster instance's split 2 ran 0.95-1.00x the
+//     workspace's speed (experiments/s30_sweep_k21_{cluster2,ws2}.csv).
 inline bool plan_reduces_in_cluster(int kernel, int split_k, bool clusters) {
   if (is_cluster_decode_kernel(kernel)) return true;
-  if (kernel == kProducerTail128x256) return false;
-  if (kernel == kProducer128x256) return clusters && split_k > 1 && split_k <= kMaxProducerClusterSplit;
-  return clusters && split_k > 1 && split_k <= kMaxClusterSplit && kernel_reads_xt(kernel);
+  return clusters && split_k > 1 && split_k <= kMaxClusterSplit && kernel_reads_xt(kernel) &&
+         !is_producer_kernel(kernel);  // kernels 21, 22: through the workspace
 }
 // Whether a plan writes a split-K workspace [split_k, m, n] that a second launch reduces.
 inline bool plan_uses_workspace(int kernel, int split_k, bool clusters) {

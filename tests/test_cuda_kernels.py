@@ -161,8 +161,8 @@ def effective_split(w, m, kernel, split_k, with_col_info=True):
         kernel, split_k = ops.spmm_heuristic(m, w.n, w.k, w.N, w.M, w.L, with_col_info, num_sms())
     if kernel == GENERIC or kernel in CLUSTER:
         return 1
-    if split_k == 2 and cluster_split() and kernel != 22:
-        return 1  # reduced in a cluster, no workspace (kernel 21 too since session 30)
+    if split_k == 2 and cluster_split() and kernel not in PRODUCER:
+        return 1  # reduced in a cluster, no workspace
     return split_k  # workspace blocks
 
 
@@ -479,7 +479,6 @@ def test_cluster_split_bitwise_equals_workspace_split(tmp_path):
         pytest.skip("split-K reduces through the workspace on this device")
     w = large_weight(512, 2048, 2, 8)
     x = torch.randn(200, w.k, device=DEV)
-    # (Kernel 21 reduces split 2 in a cluster since session 30; kernel 22 always through its workspace.)
     assert_switch_keeps_bits(tmp_path, "ws", w, x, [(k, 2) for k in TILED + PACKED + WARP_PACKED + PRODUCER],
                              "cluster and workspace reductions", NMSPMM_NO_CLUSTER_SPLIT="1")
 

@@ -24,9 +24,7 @@
 // Tails: the tensor copies zero-fill rows past k (A) and w (B) and columns past ldxt (A) and n (B);
 // the last stage of the last split may hold fewer than WB compressed rows (k % KB != 0), which the
 // math walks one by one. Split-K: gridDim.z splits the k-blocks; each split writes its partial tile
-// to the workspace, reduced in fixed order by reduce_splits (deterministic, no atomics), or with
-// p.cluster_reduce (split_k 2..8, session 30) the split_k blocks of a tile form a thread-block cluster
-// and sum their partial tiles through distributed shared memory in rank order. TAIL (kernel
+// to the workspace, reduced in fixed order by reduce_splits (deterministic, no atomics). TAIL (kernel
 // 22): a 1-D grid of the tiles (m-tile fastest) whose last `tail` tiles alone are split (csrc/dispatch.h,
 // producer_tail_tiles): blocks [0, tiles - tail) compute whole tiles into y, the rest one split of a
 // tail tile each into a compact workspace [split_k][tail][BM][BN], which reduce_tail_tiles_kernel
@@ -42,10 +40,7 @@
 
 #include <cstdint>
 
-#include <cooperative_groups.h>
-
 #include "bulk_store.cuh"
-#include "cluster_barrier.cuh"
 #include "launch_overlap.cuh"
 #include "smem_limit.h"
 #include "spmm.h"
@@ -147,20 +142,8 @@ __device__ __forceinline__ void tensor_load_2d(uint32_t dst, const CUtensorMap* 
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
-// The producer warpgroup's part in the cluster reduction's two cluster barriers (every thread of
-// every block of the cluster takes part in both): it has no partial tile of its own.
-__device__ __forceinline__ void cluster_reduce_barriers_without_tile() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  cooperative_groups::this_cluster().sync();
-  cluster_sync_before_exit();
-#endif
-}
 
-// CLUSTER: split-K reduced in a cluster (p.cluster_reduce). A kernel instance of its own: with the
-// cluster epilogue in the same function ptxas allocated the main loop's registers differently and the
-// plain kernel ran 1.5-7% slower (session-30 benchmark, same plans; the SASS of the FFMA block
-// changed), so the plain instance keeps its code unchanged.
-template <class C, bool TAIL, bool CLUSTER>
+template <class C, bool TAIL>
 __global__ void __launch_bounds__(C::THREADS, 1)
     spmm_producer_kernel(const SpmmParams p, const __grid_constant__ CUtensorMap tm_a,
                          const __grid_constant__ CUtensorMap tm_b) {
@@ -222,10 +205,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)
   if (warp >= C::MATH_WARPS) {
     // ---------------- producer warpgroup (its first warp works) ----------------
     setmaxnreg_dec<40>();
-    if (warp != C::MATH_WARPS) {
-      if (CLUSTER) cluster_reduce_barriers_without_tile();
-      return;
-    }
+    if (warp != C::MATH_WARPS) return;
     const int64_t q = N_ / p.L;
     const int64_t vec0 = n0 / p.L;
     const int tile_off = static_cast<int>(n0 % p.L);
@@ -281,7 +261,6 @@ __global__ void __launch_bounds__(C::THREADS, 1)
         mbar_arrive(bar);
       }
     }
-    if (CLUSTER) cluster_reduce_barriers_without_tile();
     return;
   }
 
@@ -368,46 +347,6 @@ __global__ void __launch_bounds__(C::THREADS, 1)
   // Epilogue: every math warp is done with the pipeline (and every copy has landed: each stage's
   // full barrier was waited on), so the tile is staged over it: rows of BN + 4 floats.
   named_barrier_sync(1, C::MATH_THREADS);
-  if constexpr (CLUSTER) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    // Split-K inside a cluster of split_k blocks (rank = blockIdx.z): every math thread parks its
-    // 32 float4 of the partial tile in shared memory (slot-major, as tile_epilogue.cuh), then rank r
-    // sums slots r, r + split_k, ... over the ranks in rank order (+ bias) and writes them to y:
-    // the workspace path's order, so the same bits. No workspace, no second launch.
-    namespace cg = cooperative_groups;
-    const cg::cluster_group cluster = cg::this_cluster();
-    float4* const part = reinterpret_cast<float4*>(smem);
-#pragma unroll
-    for (int i = 0; i < 16; ++i)
-#pragma unroll
-      for (int g = 0; g < 2; ++g)
-        part[(2 * i + g) * C::MATH_THREADS + tid] =
-            make_float4(acc[i][4 * g], acc[i][4 * g + 1], acc[i][4 * g + 2], acc[i][4 * g + 3]);
-    cluster.sync();
-    const int ranks = p.split_k;
-#pragma unroll 1
-    for (int j = static_cast<int>(blockIdx.z); j < 32; j += ranks) {
-      const int i = j / 2, g = j % 2;
-      const int64_t row = m0 + ti + 32 * (i / 4) + (i % 4);
-      const int64_t col = n0 + tj + 16 * g;
-      if (row >= M_ || col >= N_) continue;
-      float4* const slot = part + j * C::MATH_THREADS + tid;
-      float4 v = *cluster.map_shared_rank(slot, 0);
-#pragma unroll 1
-      for (int r = 1; r < ranks; ++r) {
-        const float4 o = *cluster.map_shared_rank(slot, r);
-        v.x += o.x; v.y += o.y; v.z += o.z; v.w += o.w;
-      }
-      if (p.bias != nullptr) {
-        const float4 bb = *reinterpret_cast<const float4*>(p.bias + col);
-        v.x += bb.x; v.y += bb.y; v.z += bb.z; v.w += bb.w;
-      }
-      *reinterpret_cast<float4*>(p.y + row * N_ + col) = v;
-    }
-    cluster_sync_before_exit();  // no block leaves while another still reads its shared memory
-#endif
-    return;
-  }
   const bool split = splits > 1;
   constexpr int CS = BN + 4;
 #pragma unroll
@@ -505,12 +444,11 @@ inline bool encode_matrix(CUtensorMap* map, const float* base, int64_t rows, int
 
 // Launches the warp-specialized kernel (TAIL: kernel 22 with `tail` split tiles, and its reduction).
 // Refuses (cudaErrorInvalidValue) what it was not built for: compute capability < 9.0,
-// KB / M * N != WB, L < 32, cluster_reduce outside split_k 2..8 or with TAIL, unaligned values / xT / output, sizes past the tensor
+// KB / M * N != WB, L < 32, cluster_reduce, unaligned values / xT / output, sizes past the tensor
 // copies' 32-bit coordinates, a tail larger than the grid.
 template <class C, bool TAIL>
 cudaError_t launch_producer_impl(const SpmmParams& p, cudaStream_t stream, int64_t tail) {
   static bool configured[kMaxDevices] = {};
-  static bool configured_cluster[kMaxDevices] = {};
   static int major[kMaxDevices] = {};
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) return cudaErrorInvalidDevice;
@@ -519,22 +457,20 @@ cudaError_t launch_producer_impl(const SpmmParams& p, cudaStream_t stream, int64
   const int64_t w = p.k / p.M * p.N;
   constexpr int64_t kMaxCoord = 0x7fffffff;
   if (major[dev] < 9 || p.M > C::KB || C::KB % p.M != 0 || C::KB / p.M * p.N != C::WB || p.L < 32 ||
-      p.n % 32 != 0 || (p.cluster_reduce && (TAIL || p.split_k < 2 || p.split_k > 8)) || p.xt == nullptr || p.ldxt % 4 != 0 || p.ldxt > kMaxCoord ||
+      p.n % 32 != 0 || p.cluster_reduce || p.xt == nullptr || p.ldxt % 4 != 0 || p.ldxt > kMaxCoord ||
       p.n > kMaxCoord || p.k > kMaxCoord || w > kMaxCoord)
     return cudaErrorInvalidValue;
   const int64_t mt = (p.m + C::BM - 1) / C::BM, ntl = (p.n + C::BN - 1) / C::BN;
   // Kernel 22 without a split or without a tail is kernel 21 with split 1.
   const bool tail_split = TAIL && p.split_k > 1 && tail > 0;
   if (TAIL && (tail < 0 || tail > mt * ntl)) return cudaErrorInvalidValue;
-  const bool to_workspace = TAIL ? tail_split : p.split_k > 1 && !p.cluster_reduce;
+  const bool to_workspace = TAIL ? tail_split : p.split_k > 1;
   if (to_workspace && p.workspace == nullptr) return cudaErrorInvalidValue;
   if (reinterpret_cast<uintptr_t>(p.values) % 16 != 0 || reinterpret_cast<uintptr_t>(p.xt) % 16 != 0 ||
       reinterpret_cast<uintptr_t>(p.y) % 16 != 0 || reinterpret_cast<uintptr_t>(p.workspace) % 16 != 0)
     return cudaErrorInvalidValue;
-  const bool cluster = !TAIL && p.cluster_reduce;
   const cudaError_t err =
-      cluster ? set_smem_limit_once(configured_cluster, spmm_producer_kernel<C, false, true>, static_cast<int>(C::SMEM_BYTES))
-              : set_smem_limit_once(configured, spmm_producer_kernel<C, TAIL, false>, static_cast<int>(C::SMEM_BYTES));
+      set_smem_limit_once(configured, spmm_producer_kernel<C, TAIL>, static_cast<int>(C::SMEM_BYTES));
   if (err != cudaSuccess) return err;
   if (mt > 0x7fffffff || ntl > 65535 || p.split_k > 65535) return cudaErrorInvalidConfiguration;
   const int64_t grid_1d = mt * ntl + (tail_split ? tail * (p.split_k - 1) : 0);
@@ -551,30 +487,17 @@ cudaError_t launch_producer_impl(const SpmmParams& p, cudaStream_t stream, int64
   cfg.stream = stream;
   // Launched during the x transpose (p.dependent_launch): the producer waits for it before its first
   // tensor copy; the math warps read only shared memory and write y.
-  // With p.cluster_reduce the split_k blocks of a tile (along z) form one thread-block cluster.
-  cudaLaunchAttribute attr[2];
-  unsigned nattr = 0;
-  if (p.dependent_launch) {
-    attr[nattr].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[nattr].val.programmaticStreamSerializationAllowed = 1;
-    ++nattr;
-  }
-  if (cluster) {
-    attr[nattr].id = cudaLaunchAttributeClusterDimension;
-    attr[nattr].val.clusterDim.x = 1;
-    attr[nattr].val.clusterDim.y = 1;
-    attr[nattr].val.clusterDim.z = static_cast<unsigned>(p.split_k);
-    ++nattr;
-  }
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = nattr;
+  cfg.numAttrs = p.dependent_launch ? 1 : 0;
   if constexpr (!TAIL) {
-    if (cluster) return cudaLaunchKernelEx(&cfg, spmm_producer_kernel<C, false, true>, p, tm_a, tm_b);
-    return cudaLaunchKernelEx(&cfg, spmm_producer_kernel<C, false, false>, p, tm_a, tm_b);
+    return cudaLaunchKernelEx(&cfg, spmm_producer_kernel<C, false>, p, tm_a, tm_b);
   } else {
     SpmmParams q = p;
     if (!tail_split) q.split_k = 1;  // the kernel then computes every tile whole
-    cudaError_t e = cudaLaunchKernelEx(&cfg, spmm_producer_kernel<C, true, false>, q, tm_a, tm_b);
+    cudaError_t e = cudaLaunchKernelEx(&cfg, spmm_producer_kernel<C, true>, q, tm_a, tm_b);
     if (e != cudaSuccess || !tail_split) return e;
     // The tail's reduction, launched (sm_90, overlap_launches) while the kernel's last blocks run.
     const int threads = 256;
