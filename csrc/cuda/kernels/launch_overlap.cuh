@@ -5,6 +5,9 @@
 // allow_dependent_launch() once its blocks no longer need the SM slots to themselves. Both are
 // no-ops on older GPUs and for kernels launched without the attribute.
 #pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
 
 namespace nmspmm {
 namespace kernels {
@@ -19,6 +22,26 @@ __device__ __forceinline__ void allow_dependent_launch() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;\n" :::);
 #endif
+}
+
+// Launches kernel(args...) on ceil(items / 256) blocks of 256 threads (one item per thread), with
+// programmatic dependent launch when `overlap` (the kernel then calls grid_dependency_wait() before
+// reading what the kernel before it writes): the split-K reductions after their split kernels.
+template <class Kernel, class... Args>
+inline cudaError_t launch_items_after(Kernel kernel, int64_t items, bool overlap, cudaStream_t stream, Args... args) {
+  constexpr int kThreads = 256;
+  const int64_t blocks = (items + kThreads - 1) / kThreads;
+  if (blocks > 0x7fffffff) return cudaErrorInvalidConfiguration;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(blocks), 1, 1);
+  cfg.blockDim = dim3(kThreads, 1, 1);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = overlap ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, kernel, args...);
 }
 
 }  // namespace kernels

@@ -500,20 +500,9 @@ cudaError_t launch_producer_impl(const SpmmParams& p, cudaStream_t stream, int64
     cudaError_t e = cudaLaunchKernelEx(&cfg, spmm_producer_kernel<C, true>, q, tm_a, tm_b);
     if (e != cudaSuccess || !tail_split) return e;
     // The tail's reduction, launched (sm_90, overlap_launches) while the kernel's last blocks run.
-    const int threads = 256;
-    const int64_t blocks = (tail * (C::BM * C::BN / 4) + threads - 1) / threads;
-    if (blocks > 0x7fffffff) return cudaErrorInvalidConfiguration;
-    cudaLaunchConfig_t rc = {};
-    rc.gridDim = dim3(static_cast<unsigned>(blocks), 1, 1);
-    rc.blockDim = dim3(threads, 1, 1);
-    rc.stream = stream;
-    cudaLaunchAttribute rattr[1];
-    rattr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    rattr[0].val.programmaticStreamSerializationAllowed = 1;
-    rc.attrs = rattr;
-    rc.numAttrs = p.overlap_launches ? 1 : 0;
-    return cudaLaunchKernelEx(&rc, reduce_tail_tiles_kernel<C::BM, C::BN>, static_cast<const float*>(p.workspace),
-                              p.split_k, tail, mt * ntl - tail, mt, p.m, p.n, p.bias, p.y);
+    return launch_items_after(reduce_tail_tiles_kernel<C::BM, C::BN>, tail * (C::BM * C::BN / 4), p.overlap_launches,
+                              stream, static_cast<const float*>(p.workspace), p.split_k, tail, mt * ntl - tail, mt,
+                              p.m, p.n, p.bias, p.y);
   }
 }
 

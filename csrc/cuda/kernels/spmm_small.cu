@@ -309,14 +309,25 @@ cudaError_t launch_tiled_any_l(const SpmmParams& p, cudaStream_t stream) {
   return launch_tiled<TiledConfig<BM, BN, TM, KB, PACKED, false>>(p, stream);
 }
 
-// Kernel 21 for the pattern's k-block and compressed rows per k-block (producer_shape).
-cudaError_t launch_producer_any(const SpmmParams& p, cudaStream_t stream) {
+// Calls f(ConfigTag<ProducerConfig<...>>{}) with kernel 21's / 22's config for the pattern's k-block
+// and compressed rows per k-block (producer_shape); cudaErrorInvalidValue where none is built. (A tag:
+// ProducerConfig is only declared here, its definition lives with the kernel.)
+template <class C>
+struct ConfigTag {
+  using type = C;
+};
+template <class F>
+cudaError_t with_producer_config(const SpmmParams& p, F&& f) {
   const ProducerShape s = producer_shape(p.N, p.M);
-  if (s.kb == 32 && s.wb == 12) return launch_producer<ProducerConfig<1, 8, 32, 12, 4>>(p, stream);
-  if (s.kb == 32 && s.wb == 16) return launch_producer<ProducerConfig<1, 8, 32, 16, 4>>(p, stream);
-  if (s.kb == 64 && s.wb == 16) return launch_producer<ProducerConfig<1, 8, 64, 16, 3>>(p, stream);
-  if (s.kb == 128 && s.wb == 16) return launch_producer<ProducerConfig<1, 8, 128, 16, 2>>(p, stream);
+  if (s.kb == 32 && s.wb == 12) return f(ConfigTag<ProducerConfig<1, 8, 32, 12, 4>>{});
+  if (s.kb == 32 && s.wb == 16) return f(ConfigTag<ProducerConfig<1, 8, 32, 16, 4>>{});
+  if (s.kb == 64 && s.wb == 16) return f(ConfigTag<ProducerConfig<1, 8, 64, 16, 3>>{});
+  if (s.kb == 128 && s.wb == 16) return f(ConfigTag<ProducerConfig<1, 8, 128, 16, 2>>{});
   return cudaErrorInvalidValue;
+}
+
+cudaError_t launch_producer_any(const SpmmParams& p, cudaStream_t stream) {
+  return with_producer_config(p, [&](auto c) { return launch_producer<typename decltype(c)::type>(p, stream); });
 }
 
 // Kernel 22: kernel 21 with split-K on the tail only; the tail is producer_tail_tiles on this device's
@@ -328,12 +339,7 @@ cudaError_t launch_producer_tail_any(const SpmmParams& p, cudaStream_t stream) {
   if (sms[dev] == 0 && cudaDeviceGetAttribute(&sms[dev], cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
     return cudaErrorInvalidDevice;
   const int64_t tail = producer_tail_tiles(p.m, p.n, sms[dev]);
-  const ProducerShape s = producer_shape(p.N, p.M);
-  if (s.kb == 32 && s.wb == 12) return launch_producer_tail<ProducerConfig<1, 8, 32, 12, 4>>(p, stream, tail);
-  if (s.kb == 32 && s.wb == 16) return launch_producer_tail<ProducerConfig<1, 8, 32, 16, 4>>(p, stream, tail);
-  if (s.kb == 64 && s.wb == 16) return launch_producer_tail<ProducerConfig<1, 8, 64, 16, 3>>(p, stream, tail);
-  if (s.kb == 128 && s.wb == 16) return launch_producer_tail<ProducerConfig<1, 8, 128, 16, 2>>(p, stream, tail);
-  return cudaErrorInvalidValue;
+  return with_producer_config(p, [&](auto c) { return launch_producer_tail<typename decltype(c)::type>(p, stream, tail); });
 }
 
 template <int BM, int BN, int TM>
@@ -402,20 +408,8 @@ cudaError_t launch_spmm(const SpmmParams& p, int kernel, cudaStream_t stream) {
   }
   if (err != cudaSuccess || !uses_split) return err;
   const int64_t mn = p.m * p.n;
-  const int threads = 256;
-  const int64_t blocks = (mn / 4 + threads - 1) / threads;
-  if (blocks > 0x7fffffff) return cudaErrorInvalidConfiguration;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(blocks), 1, 1);
-  cfg.blockDim = dim3(threads, 1, 1);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = p.overlap_launches ? 1 : 0;
-  return cudaLaunchKernelEx(&cfg, reduce_splits_kernel, static_cast<const float*>(p.workspace), p.split_k,
-                            mn, p.n, p.bias, p.y);
+  return launch_items_after(reduce_splits_kernel, mn / 4, p.overlap_launches, stream,
+                            static_cast<const float*>(p.workspace), p.split_k, mn, p.n, p.bias, p.y);
 }
 
 }  // namespace kernels
