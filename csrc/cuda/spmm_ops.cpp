@@ -219,7 +219,8 @@ at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const a
     workspace = at::empty({producer_tail_workspace_floats(m, out, plan.split_k, device.sms)}, y.options());
   else if (plan_uses_workspace(plan.kernel, plan.split_k, cluster_split))
     workspace = at::empty({plan.split_k, m, out}, y.options());
-  const bool producer_xt = is_producer_kernel(plan.kernel) && producer_xt_enabled();
+  // Row-major x needs rows a multiple of 16 bytes for the tensor copies: else xT (k % 4 != 0, M < 4).
+  const bool producer_xt = is_producer_kernel(plan.kernel) && (producer_xt_enabled() || in % 4 != 0);
   if (kernel_reads_xt(plan.kernel) || producer_xt)
     xt = at::empty({in, kernels::tiled_xt_ld(m)}, y.options());
   // Kernels 21 and 22 copy row-major x with tensor copies: 16-byte aligned rows.

@@ -39,6 +39,7 @@
 #include <cudaTypedefs.h>
 
 #include <cstdint>
+#include <cstdlib>
 
 #include "bulk_store.cuh"
 #include "launch_overlap.cuh"
@@ -127,6 +128,33 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
       : "memory");
 #endif
 }
+// The same with a suspend-time hint: a waiting thread sleeps up to `ns` nanoseconds (or until the
+// phase completes) per try, instead of the system's limit.
+__device__ __forceinline__ void mbar_wait_hint(uint32_t bar, uint32_t parity, uint32_t ns) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "{\n .reg .pred done;\n"
+      "WAIT_%=:\n"
+      " mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1, %2;\n"
+      " @!done bra WAIT_%=;\n}\n" ::"r"(bar),
+      "r"(parity), "r"(ns)
+      : "memory");
+#endif
+}
+// One try (the thread may be suspended for the system's time limit); true if the phase completed.
+__device__ __forceinline__ bool mbar_try_wait(uint32_t bar, uint32_t parity) {
+  uint32_t ok = 1;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "{\n .reg .pred done;\n"
+      " mbarrier.try_wait.parity.shared::cta.b64 done, [%1], %2;\n"
+      " selp.u32 %0, 1, 0, done;\n}\n"
+      : "=r"(ok)
+      : "r"(bar), "r"(parity)
+      : "memory");
+#endif
+  return ok != 0;
+}
 // Register reallocation between warpgroups (sm_90a; a no-op when compiled for plain sm_90).
 template <int REGS>
 __device__ __forceinline__ void setmaxnreg_dec() {
@@ -159,7 +187,7 @@ __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
 template <class C, bool TAIL, bool XROW>
 __global__ void __launch_bounds__(C::THREADS, 1)
     spmm_producer_kernel(const SpmmParams p, const __grid_constant__ CUtensorMap tm_a,
-                         const __grid_constant__ CUtensorMap tm_b) {
+                         const __grid_constant__ CUtensorMap tm_b, const uint32_t wait_ns) {
   constexpr int KB = C::KB, WB = C::WB, BM = C::BM, BN = C::BN, STAGES = C::STAGES, QT = C::QT;
   extern __shared__ float4 smem_f4[];
   // Tensor copies need 128-byte aligned destinations.
@@ -174,6 +202,17 @@ __global__ void __launch_bounds__(C::THREADS, 1)
   const uint32_t x_empty_bar = x_full_bar + 8 * C::X_RING;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  // The producer warpgroup's waits (experiment: wait_ns odd: a suspend-time hint of wait_ns per try;
+  // even > 0: __nanosleep(wait_ns) between tries).
+  auto pwait = [&](uint32_t bar, uint32_t parity) {
+    if (wait_ns == 0) {
+      mbar_wait(bar, parity);
+    } else if (wait_ns & 1u) {
+      mbar_wait_hint(bar, parity, wait_ns);
+    } else {
+      while (!mbar_try_wait(bar, parity)) __nanosleep(wait_ns);
+    }
+  };
   const int64_t M_ = p.m, N_ = p.n, K_ = p.k;
   // This block's tile, split and split count; tail_slot >= 0: a split of the tail's tile tail_slot.
   int64_t tile_m, tile_n, z, tail = 0, tail_slot = -1;
@@ -241,12 +280,12 @@ __global__ void __launch_bounds__(C::THREADS, 1)
 #pragma unroll 1
         for (int s = 0; s < nk; ++s) {
           const int slot = s % STAGES;
-          if (s >= STAGES) mbar_wait(empty_bar + 8 * slot, ((s / STAGES) - 1) & 1);
+          if (s >= STAGES) pwait(empty_bar + 8 * slot, ((s / STAGES) - 1) & 1);
           float* const As = smem + slot * C::STAGE_FLOATS;
 #pragma unroll 1
           for (int j = 0; j < C::X_CHUNKS; ++j) {
             const int ci = s * C::X_CHUNKS + j, xs = ci % C::X_RING;
-            mbar_wait(x_full_bar + 8 * xs, (ci / C::X_RING) & 1);
+            pwait(x_full_bar + 8 * xs, (ci / C::X_RING) & 1);
             const float* const X = smem + (C::X_OFFSET / 4) + xs * C::X_CHUNK_FLOATS;
 #pragma unroll 1
             for (int it = grp; it < ITEMS; it += GROUPS) {
@@ -306,7 +345,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)
 #pragma unroll 1
         for (int j = 0; j < C::X_CHUNKS; ++j) {
           const int ci = s * C::X_CHUNKS + j, xs = ci % C::X_RING;
-          if (ci >= C::X_RING) mbar_wait(x_empty_bar + 8 * xs, ((ci / C::X_RING) - 1) & 1);
+          if (ci >= C::X_RING) pwait(x_empty_bar + 8 * xs, ((ci / C::X_RING) - 1) & 1);
           if (lane == 0) {
             mbar_arrive_expect_tx(x_full_bar + 8 * xs, C::X_CHUNK_FLOATS * 4);
             tensor_load_2d(x_ring + static_cast<uint32_t>(xs * C::X_CHUNK_FLOATS * 4), &tm_a,
@@ -314,7 +353,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)
           }
         }
       }
-      if (s >= STAGES) mbar_wait(empty_bar + 8 * slot, ((s / STAGES) - 1) & 1);
+      if (s >= STAGES) pwait(empty_bar + 8 * slot, ((s / STAGES) - 1) & 1);
       const uint32_t stage = smem_base + static_cast<uint32_t>(slot * C::STAGE_FLOATS * 4);
       int* const Ds = reinterpret_cast<int*>(smem + slot * C::STAGE_FLOATS + C::A_FLOATS + C::B_FLOATS);
 #pragma unroll
@@ -568,6 +607,9 @@ cudaError_t launch_producer_impl(const SpmmParams& p, cudaStream_t stream, int64
   if (!a_ok ||
       !encode_matrix(&tm_b, p.values, w, p.n, p.n, C::WB, C::BN))
     return cudaErrorInvalidValue;
+  // Session-31 experiment: NMSPMM_WAIT_NS (read per call) sets the producer warpgroup's wait hint.
+  const char* wait_env = std::getenv("NMSPMM_WAIT_NS");
+  const uint32_t wait_ns = wait_env != nullptr ? static_cast<uint32_t>(std::strtoul(wait_env, nullptr, 10)) : 0u;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = TAIL ? dim3(static_cast<unsigned>(grid_1d), 1, 1)
                      : dim3(static_cast<unsigned>(mt), static_cast<unsigned>(ntl), static_cast<unsigned>(p.split_k));
@@ -583,11 +625,11 @@ cudaError_t launch_producer_impl(const SpmmParams& p, cudaStream_t stream, int64
   cfg.attrs = attr;
   cfg.numAttrs = p.dependent_launch ? 1 : 0;
   if constexpr (!TAIL) {
-    return cudaLaunchKernelEx(&cfg, spmm_producer_kernel<C, false, XROW>, p, tm_a, tm_b);
+    return cudaLaunchKernelEx(&cfg, spmm_producer_kernel<C, false, XROW>, p, tm_a, tm_b, wait_ns);
   } else {
     SpmmParams q = p;
     if (!tail_split) q.split_k = 1;  // the kernel then computes every tile whole
-    cudaError_t e = cudaLaunchKernelEx(&cfg, spmm_producer_kernel<C, true, XROW>, q, tm_a, tm_b);
+    cudaError_t e = cudaLaunchKernelEx(&cfg, spmm_producer_kernel<C, true, XROW>, q, tm_a, tm_b, wait_ns);
     if (e != cudaSuccess || !tail_split) return e;
     // The tail's reduction, launched (sm_90, overlap_launches) while the kernel's last blocks run.
     return launch_items_after(reduce_tail_tiles_kernel<C::BM, C::BN>, tail * (C::BM * C::BN / 4), p.overlap_launches,
