@@ -112,11 +112,10 @@ inline ProducerShape producer_shape(int64_t N, int64_t M) {
   if (wb32 == 4) return {128, 16, 0.944};
   return {32, 0, 1.0};
 }
-// The kernels that read x through its k-major copy xT (written by a transpose before them). Kernels
-// 21 and 22 read row-major x and transpose it in shared memory (unless given xT: the binding's
-// NMSPMM_PRODUCER_XT=1 A/B switch).
+// The kernels that read x through its k-major copy xT (written by a transpose before them).
 inline bool kernel_reads_xt(int kernel) {
-  return is_tiled_kernel(kernel) || is_packed_kernel(kernel) || is_warp_packed_kernel(kernel);
+  return is_tiled_kernel(kernel) || is_packed_kernel(kernel) || is_warp_packed_kernel(kernel) ||
+         is_producer_kernel(kernel);
 }
 
 // Largest split-K a tiled kernel reduces inside a thread-block cluster. The kernels take any
@@ -143,7 +142,8 @@ constexpr int kMaxClusterSplit = 2;
 //     workspace's speed (experiments/s30_sweep_k21_{cluster2,ws2}.csv).
 inline bool plan_reduces_in_cluster(int kernel, int split_k, bool clusters) {
   if (is_cluster_decode_kernel(kernel)) return true;
-  return clusters && split_k > 1 && split_k <= kMaxClusterSplit && kernel_reads_xt(kernel);  // not 21, 22
+  return clusters && split_k > 1 && split_k <= kMaxClusterSplit && kernel_reads_xt(kernel) &&
+         !is_producer_kernel(kernel);  // kernels 21, 22: through the workspace
 }
 // Whether a plan writes a split-K workspace [split_k, m, n] that a second launch reduces.
 inline bool plan_uses_workspace(int kernel, int split_k, bool clusters) {

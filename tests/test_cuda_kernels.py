@@ -551,22 +551,6 @@ def test_launch_during_transpose_bitwise_equals_plain_stream_order(tmp_path):
                                      NMSPMM_XT_OVERLAP="0")
 
 
-def test_producer_row_major_x_bitwise_equals_xt(tmp_path):
-    # Kernels 21 and 22 copy row-major x into shared memory and transpose it there; with
-    # NMSPMM_PRODUCER_XT=1 they read the x transpose's xT instead (sessions 28-30). The math reads the
-    # same A_s rows in the same order either way, so the bits must agree: m tails (40, 300), a grid
-    # of several rounds with a tail (2200 rows), k = 1056 (the last k-block partial at 8:32 and 4:32,
-    # whose 128-input blocks then hold x chunks wholly past k), splits through the workspace.
-    if not cluster_split():
-        pytest.skip("kernels 21 and 22 need sm_90")
-    for N in (16, 12, 8, 4):
-        w = large_weight(2048, 1056, N, 32)
-        plans = [(21, 1), (21, 2), (21, 5), (22, 2), (22, 3)]
-        for m in (40, 300, 2200):
-            x = torch.randn(m, w.k, device=DEV)
-            assert_switch_keeps_bits(tmp_path, f"{N}_{m}", w, x, plans, "row-major x and xT", NMSPMM_PRODUCER_XT="1")
-
-
 def test_chain_reads_previous_output():
     # One call's output is the next call's x: the next call's transpose (plain stream order) waits
     # for the previous SpMM, and its kernel (launched during that transpose) for it.

@@ -11,8 +11,7 @@ ops = torch.ops.nmspmm
 torch.manual_seed(0)
 cases = [(1, 160, 96, 2, 4, 16), (2, 320, 224, 4, 32, 32), (5, 256, 192, 8, 32, 32), (17, 384, 320, 4, 32, 128),
          (67, 192, 128, 12, 32, 64), (130, 320, 256, 16, 64, 32), (33, 96, 64, 1, 4, 1),
-         (9, 256, 1536, 4, 32, 32),  # several staged x chunks per block (staged decode)
-         (3, 256, 160, 4, 32, 32)]  # kernels 21, 22 at 4:32: a last stage of 1 x chunk and 3 past k
+         (9, 256, 1536, 4, 32, 32)]  # the last: several staged x chunks per block (staged decode)
 # Kernels 21, 22 also on a grid of more than one round (152 tiles of 128x256 with m and n tails), where
 # kernel 22 computes whole tiles and splits only the last round's (on 132 SMs: 20 tiles).
 MULTI_ROUND = (1000, 4640, 512, 16, 32, 32)

@@ -90,14 +90,6 @@ bool bulk_store_enabled() {
   return enabled;
 }
 
-// NMSPMM_PRODUCER_XT=1 (read per call for the session-31 A/B) has kernels 21 and 22 read the
-// transposed copy xT written by the x transpose (sessions 28-30) instead of row-major x: an A/B
-// switch, not a tuning knob.
-bool producer_xt_enabled() {
-  const char* e = std::getenv("NMSPMM_PRODUCER_XT");
-  return e != nullptr && e[0] == '1';
-}
-
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // What the last SpMM launch on each stream wrote (y and the split-K workspace), so that a decode
@@ -219,14 +211,8 @@ at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const a
     workspace = at::empty({producer_tail_workspace_floats(m, out, plan.split_k, device.sms)}, y.options());
   else if (plan_uses_workspace(plan.kernel, plan.split_k, cluster_split))
     workspace = at::empty({plan.split_k, m, out}, y.options());
-  // Row-major x needs rows a multiple of 16 bytes for the tensor copies: else xT (k % 4 != 0, M < 4).
-  const bool producer_xt = is_producer_kernel(plan.kernel) && (producer_xt_enabled() || in % 4 != 0);
-  if (kernel_reads_xt(plan.kernel) || producer_xt)
+  if (kernel_reads_xt(plan.kernel))
     xt = at::empty({in, kernels::tiled_xt_ld(m)}, y.options());
-  // Kernels 21 and 22 copy row-major x with tensor copies: 16-byte aligned rows.
-  if (is_producer_kernel(plan.kernel) && !producer_xt &&
-      (!aligned16(x2.data_ptr()) || (m > 1 && x2.stride(0) % 4 != 0)))
-    x2 = x2.clone(at::MemoryFormat::Contiguous);
 
   kernels::SpmmParams p{};
   p.x = x2.data_ptr<float>();
@@ -254,21 +240,17 @@ at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const a
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   // Without dependent launches (no clusters, or switched off) nothing starts early: no table.
   p.dependent_launch = false;
-  bool weight_safe = false;
   if (p.overlap_launches) {
     const WeightHazardTable::Range reads[2] = {range_of(vals), range_of(idx)};
     const WeightHazardTable::Range writes[2] = {range_of(y), range_of(workspace)};
-    weight_safe = weight_hazards().check_and_record(x.get_device(), stream, reads, writes);
+    const bool weight_safe = weight_hazards().check_and_record(x.get_device(), stream, reads, writes);
     p.dependent_launch = weight_safe && decode_plan_overlaps_launch(plan, in, N, M);
   }
   // The tiled, packing and warp-packed kernels start during the x transpose launched just before
-  // them in plain stream order (so after everything before the call): no weight hazard. Kernels 21
-  // and 22 on row-major x start during the kernel before the call, as the decode kernels do: they
-  // fetch index bytes before they wait for it, so only where the weight is safe.
-  if (kernel_reads_xt(plan.kernel) || producer_xt)
+  // them in plain stream order (so after everything before the call): no weight hazard.
+  if (is_warp_packed_kernel(plan.kernel) || is_tiled_kernel(plan.kernel) || is_packed_kernel(plan.kernel) ||
+      is_producer_kernel(plan.kernel))
     p.dependent_launch = p.overlap_launches && xt_overlap_enabled();
-  else if (is_producer_kernel(plan.kernel))
-    p.dependent_launch = weight_safe;
   const cudaError_t err = kernels::launch_spmm(p, plan.kernel, stream);
   TORCH_CHECK(err == cudaSuccess, "nmspmm.spmm: kernel ", plan.kernel, " (split_k=", plan.split_k,
               ") failed for m=", m, " n=", out, " k=", in, ": ", cudaGetErrorString(err));

@@ -39,7 +39,6 @@
 #include <cudaTypedefs.h>
 
 #include <cstdint>
-#include <cstdlib>
 
 #include "bulk_store.cuh"
 #include "launch_overlap.cuh"
@@ -70,17 +69,6 @@ struct ProducerConfig {
   static constexpr size_t TILE_BYTES = static_cast<size_t>(BM) * (BN + 4) * sizeof(float);
   static constexpr size_t BAR_OFFSET = ((PIPE_BYTES > TILE_BYTES ? PIPE_BYTES : TILE_BYTES) + 15) / 16 * 16;
   static constexpr size_t SMEM_BYTES = BAR_OFFSET + 2 * STAGES * sizeof(uint64_t) + 128;  // + alignment
-  // Row-major x (XROW): the producer copies x in BM x 32 boxes (128-byte rows) into a ring of
-  // X_RING chunk slots after the pipeline (or the epilogue tile), and the producer warpgroup's other
-  // 3 warps (TRANSPOSERS threads) transpose each chunk into its stage's A_s rows.
-  static constexpr int X_CHUNK_K = 32;
-  static constexpr int X_CHUNKS = KB / X_CHUNK_K;  // chunks per stage
-  static constexpr int X_RING = 4;
-  static constexpr int X_CHUNK_FLOATS = BM * X_CHUNK_K;
-  static constexpr int TRANSPOSERS = 96;
-  static constexpr size_t X_OFFSET = ((PIPE_BYTES > TILE_BYTES ? PIPE_BYTES : TILE_BYTES) + 127) / 128 * 128;
-  static constexpr size_t XBAR_OFFSET = X_OFFSET + static_cast<size_t>(X_RING) * X_CHUNK_FLOATS * sizeof(float);
-  static constexpr size_t SMEM_BYTES_XROW = XBAR_OFFSET + (2 * STAGES + 2 * X_RING) * sizeof(uint64_t) + 128;
   static_assert(WB % 4 == 0 && WB >= 4 && WB <= 32 && WB <= KB, "WB must be a multiple of 4 in [4, min(32, KB)]");
   static_assert(KB % 32 == 0 && KB <= 256, "KB must be a multiple of 32 in [32, 256] (a tensor-copy box has at most 256 rows)");
   static_assert(MATH_WARPS % 4 == 0, "the producer warpgroup must be warpgroup-aligned");
@@ -128,33 +116,6 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
       : "memory");
 #endif
 }
-// The same with a suspend-time hint: a waiting thread sleeps up to `ns` nanoseconds (or until the
-// phase completes) per try, instead of the system's limit.
-__device__ __forceinline__ void mbar_wait_hint(uint32_t bar, uint32_t parity, uint32_t ns) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile(
-      "{\n .reg .pred done;\n"
-      "WAIT_%=:\n"
-      " mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1, %2;\n"
-      " @!done bra WAIT_%=;\n}\n" ::"r"(bar),
-      "r"(parity), "r"(ns)
-      : "memory");
-#endif
-}
-// One try (the thread may be suspended for the system's time limit); true if the phase completed.
-__device__ __forceinline__ bool mbar_try_wait(uint32_t bar, uint32_t parity) {
-  uint32_t ok = 1;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile(
-      "{\n .reg .pred done;\n"
-      " mbarrier.try_wait.parity.shared::cta.b64 done, [%1], %2;\n"
-      " selp.u32 %0, 1, 0, done;\n}\n"
-      : "=r"(ok)
-      : "r"(bar), "r"(parity)
-      : "memory");
-#endif
-  return ok != 0;
-}
 // Register reallocation between warpgroups (sm_90a; a no-op when compiled for plain sm_90).
 template <int REGS>
 __device__ __forceinline__ void setmaxnreg_dec() {
@@ -182,37 +143,20 @@ __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
-// XROW: tm_a maps row-major x [m, k] in BM x 32 boxes, transposed into A_s in shared memory (no
-// xT); else tm_a maps xT [k, ldxt] in KB x BM boxes.
-template <class C, bool TAIL, bool XROW>
+template <class C, bool TAIL>
 __global__ void __launch_bounds__(C::THREADS, 1)
     spmm_producer_kernel(const SpmmParams p, const __grid_constant__ CUtensorMap tm_a,
-                         const __grid_constant__ CUtensorMap tm_b, const uint32_t wait_ns) {
+                         const __grid_constant__ CUtensorMap tm_b) {
   constexpr int KB = C::KB, WB = C::WB, BM = C::BM, BN = C::BN, STAGES = C::STAGES, QT = C::QT;
   extern __shared__ float4 smem_f4[];
   // Tensor copies need 128-byte aligned destinations.
   const uint32_t raw_base = smem_addr(smem_f4);
   float* const smem = reinterpret_cast<float*>(smem_f4) + (((128 - (raw_base & 127)) & 127) / 4);
   const uint32_t smem_base = smem_addr(smem);
-  const uint32_t full_bar = smem_base + static_cast<uint32_t>(XROW ? C::XBAR_OFFSET : C::BAR_OFFSET);
+  const uint32_t full_bar = smem_base + static_cast<uint32_t>(C::BAR_OFFSET);
   const uint32_t empty_bar = full_bar + 8 * STAGES;
-  // XROW: the x chunk ring and its barriers (x_full: the chunk's copy landed; x_empty: transposed).
-  const uint32_t x_ring = smem_base + static_cast<uint32_t>(C::X_OFFSET);
-  const uint32_t x_full_bar = empty_bar + 8 * STAGES;
-  const uint32_t x_empty_bar = x_full_bar + 8 * C::X_RING;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  // The producer warpgroup's waits (experiment: wait_ns odd: a suspend-time hint of wait_ns per try;
-  // even > 0: __nanosleep(wait_ns) between tries).
-  auto pwait = [&](uint32_t bar, uint32_t parity) {
-    if (wait_ns == 0) {
-      mbar_wait(bar, parity);
-    } else if (wait_ns & 1u) {
-      mbar_wait_hint(bar, parity, wait_ns);
-    } else {
-      while (!mbar_try_wait(bar, parity)) __nanosleep(wait_ns);
-    }
-  };
   const int64_t M_ = p.m, N_ = p.n, K_ = p.k;
   // This block's tile, split and split count; tail_slot >= 0: a split of the tail's tile tail_slot.
   int64_t tile_m, tile_n, z, tail = 0, tail_slot = -1;
@@ -251,15 +195,8 @@ __global__ void __launch_bounds__(C::THREADS, 1)
   if (tid == 0) {
 #pragma unroll
     for (int s = 0; s < STAGES; ++s) {
-      mbar_init(full_bar + 8 * s, XROW ? 32 + C::TRANSPOSERS : 32);
+      mbar_init(full_bar + 8 * s, 32);
       mbar_init(empty_bar + 8 * s, C::MATH_THREADS);
-    }
-    if constexpr (XROW) {
-#pragma unroll
-      for (int c = 0; c < C::X_RING; ++c) {
-        mbar_init(x_full_bar + 8 * c, 1);
-        mbar_init(x_empty_bar + 8 * c, C::TRANSPOSERS);
-      }
     }
     mbar_init_fence();
   }
@@ -268,46 +205,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)
   if (warp >= C::MATH_WARPS) {
     // ---------------- producer warpgroup (its first warp works) ----------------
     setmaxnreg_dec<40>();
-    if (warp != C::MATH_WARPS) {
-      if constexpr (XROW) {
-        // ---- transposers (the warpgroup's other 3 warps): x chunk [BM][32] -> A_s rows [32][BM] ----
-        // Work item (it): 4x4 blocks, m-block mb = 8 (it / 8) + t and k-group kg = (t + it) % 8 for
-        // lane t of an 8-lane group: the group's 16-byte loads hit 8 different bank quads (kg) and so
-        // do its stores (mb % 8), so a chunk moves without bank conflicts.
-        const int tt = tid - (C::MATH_THREADS + 32);
-        const int grp = tt >> 3, t = tt & 7;
-        constexpr int GROUPS = C::TRANSPOSERS / 8, ITEMS = BM / 32 * 8;
-#pragma unroll 1
-        for (int s = 0; s < nk; ++s) {
-          const int slot = s % STAGES;
-          if (s >= STAGES) pwait(empty_bar + 8 * slot, ((s / STAGES) - 1) & 1);
-          float* const As = smem + slot * C::STAGE_FLOATS;
-#pragma unroll 1
-          for (int j = 0; j < C::X_CHUNKS; ++j) {
-            const int ci = s * C::X_CHUNKS + j, xs = ci % C::X_RING;
-            pwait(x_full_bar + 8 * xs, (ci / C::X_RING) & 1);
-            const float* const X = smem + (C::X_OFFSET / 4) + xs * C::X_CHUNK_FLOATS;
-#pragma unroll 1
-            for (int it = grp; it < ITEMS; it += GROUPS) {
-              const int mb = 8 * (it >> 3) + t, kg = (t + it) & 7;
-              const float* src = X + (4 * mb) * C::X_CHUNK_K + 4 * kg;
-              const float4 v0 = *reinterpret_cast<const float4*>(src);
-              const float4 v1 = *reinterpret_cast<const float4*>(src + C::X_CHUNK_K);
-              const float4 v2 = *reinterpret_cast<const float4*>(src + 2 * C::X_CHUNK_K);
-              const float4 v3 = *reinterpret_cast<const float4*>(src + 3 * C::X_CHUNK_K);
-              float* dst = As + (C::X_CHUNK_K * j + 4 * kg) * BM + 4 * mb;
-              *reinterpret_cast<float4*>(dst) = make_float4(v0.x, v1.x, v2.x, v3.x);
-              *reinterpret_cast<float4*>(dst + BM) = make_float4(v0.y, v1.y, v2.y, v3.y);
-              *reinterpret_cast<float4*>(dst + 2 * BM) = make_float4(v0.z, v1.z, v2.z, v3.z);
-              *reinterpret_cast<float4*>(dst + 3 * BM) = make_float4(v0.w, v1.w, v2.w, v3.w);
-            }
-            mbar_arrive(x_empty_bar + 8 * xs);
-          }
-          mbar_arrive(full_bar + 8 * slot);  // with the producer's lanes: the stage is ready
-        }
-      }
-      return;
-    }
+    if (warp != C::MATH_WARPS) return;
     const int64_t q = N_ / p.L;
     const int64_t vec0 = n0 / p.L;
     const int tile_off = static_cast<int>(n0 % p.L);
@@ -339,21 +237,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)
 #pragma unroll 1
     for (int s = 0; s < nk; ++s) {
       const int slot = s % STAGES;
-      if constexpr (XROW) {
-        // This stage's x chunks, as far ahead as the ring has slots the transposers freed.
-        const int64_t xk0 = (kb_begin + s) * KB;
-#pragma unroll 1
-        for (int j = 0; j < C::X_CHUNKS; ++j) {
-          const int ci = s * C::X_CHUNKS + j, xs = ci % C::X_RING;
-          if (ci >= C::X_RING) pwait(x_empty_bar + 8 * xs, ((ci / C::X_RING) - 1) & 1);
-          if (lane == 0) {
-            mbar_arrive_expect_tx(x_full_bar + 8 * xs, C::X_CHUNK_FLOATS * 4);
-            tensor_load_2d(x_ring + static_cast<uint32_t>(xs * C::X_CHUNK_FLOATS * 4), &tm_a,
-                           static_cast<int>(xk0 + C::X_CHUNK_K * j), static_cast<int>(m0), x_full_bar + 8 * xs);
-          }
-        }
-      }
-      if (s >= STAGES) pwait(empty_bar + 8 * slot, ((s / STAGES) - 1) & 1);
+      if (s >= STAGES) mbar_wait(empty_bar + 8 * slot, ((s / STAGES) - 1) & 1);
       const uint32_t stage = smem_base + static_cast<uint32_t>(slot * C::STAGE_FLOATS * 4);
       int* const Ds = reinterpret_cast<int*>(smem + slot * C::STAGE_FLOATS + C::A_FLOATS + C::B_FLOATS);
 #pragma unroll
@@ -370,12 +254,8 @@ __global__ void __launch_bounds__(C::THREADS, 1)
       // the transaction bytes); every lane's arrival releases its D_s stores.
       const uint32_t bar = full_bar + 8 * slot;
       if (lane == 0) {
-        if constexpr (XROW) {  // A_s comes from the transposers
-          mbar_arrive_expect_tx(bar, C::B_FLOATS * 4);
-        } else {
-          mbar_arrive_expect_tx(bar, (C::A_FLOATS + C::B_FLOATS) * 4);
-          tensor_load_2d(stage, &tm_a, static_cast<int>(m0), static_cast<int>(k0), bar);
-        }
+        mbar_arrive_expect_tx(bar, (C::A_FLOATS + C::B_FLOATS) * 4);
+        tensor_load_2d(stage, &tm_a, static_cast<int>(m0), static_cast<int>(k0), bar);
         tensor_load_2d(stage + C::A_FLOATS * 4, &tm_b, static_cast<int>(n0), static_cast<int>(u0), bar);
       } else {
         mbar_arrive(bar);
@@ -562,12 +442,11 @@ inline bool encode_matrix(CUtensorMap* map, const float* base, int64_t rows, int
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-// Launches the warp-specialized kernel (TAIL: kernel 22 with `tail` split tiles, and its reduction;
-// XROW: reading row-major x, else xT). Refuses (cudaErrorInvalidValue) what it was not built for:
-// compute capability < 9.0, KB / M * N != WB, L < 32, cluster_reduce, unaligned values / x / xT /
-// output or row stride of x / xT not a multiple of 4, sizes past the tensor copies' 32-bit
-// coordinates, a tail larger than the grid.
-template <class C, bool TAIL, bool XROW>
+// Launches the warp-specialized kernel (TAIL: kernel 22 with `tail` split tiles, and its reduction).
+// Refuses (cudaErrorInvalidValue) what it was not built for: compute capability < 9.0,
+// KB / M * N != WB, L < 32, cluster_reduce, unaligned values / xT / output, sizes past the tensor
+// copies' 32-bit coordinates, a tail larger than the grid.
+template <class C, bool TAIL>
 cudaError_t launch_producer_impl(const SpmmParams& p, cudaStream_t stream, int64_t tail) {
   static bool configured[kMaxDevices] = {};
   static int major[kMaxDevices] = {};
@@ -578,11 +457,8 @@ cudaError_t launch_producer_impl(const SpmmParams& p, cudaStream_t stream, int64
   const int64_t w = p.k / p.M * p.N;
   constexpr int64_t kMaxCoord = 0x7fffffff;
   if (major[dev] < 9 || p.M > C::KB || C::KB % p.M != 0 || C::KB / p.M * p.N != C::WB || p.L < 32 ||
-      p.n % 32 != 0 || p.cluster_reduce || p.n > kMaxCoord || p.k > kMaxCoord || w > kMaxCoord)
-    return cudaErrorInvalidValue;
-  const float* const a_src = XROW ? p.x : p.xt;
-  const int64_t lda = XROW ? p.ldx : p.ldxt;
-  if (a_src == nullptr || lda % 4 != 0 || lda > kMaxCoord || (XROW && (p.m > kMaxCoord || lda < p.k)))
+      p.n % 32 != 0 || p.cluster_reduce || p.xt == nullptr || p.ldxt % 4 != 0 || p.ldxt > kMaxCoord ||
+      p.n > kMaxCoord || p.k > kMaxCoord || w > kMaxCoord)
     return cudaErrorInvalidValue;
   const int64_t mt = (p.m + C::BM - 1) / C::BM, ntl = (p.n + C::BN - 1) / C::BN;
   // Kernel 22 without a split or without a tail is kernel 21 with split 1.
@@ -590,46 +466,38 @@ cudaError_t launch_producer_impl(const SpmmParams& p, cudaStream_t stream, int64
   if (TAIL && (tail < 0 || tail > mt * ntl)) return cudaErrorInvalidValue;
   const bool to_workspace = TAIL ? tail_split : p.split_k > 1;
   if (to_workspace && p.workspace == nullptr) return cudaErrorInvalidValue;
-  if (reinterpret_cast<uintptr_t>(p.values) % 16 != 0 || reinterpret_cast<uintptr_t>(a_src) % 16 != 0 ||
+  if (reinterpret_cast<uintptr_t>(p.values) % 16 != 0 || reinterpret_cast<uintptr_t>(p.xt) % 16 != 0 ||
       reinterpret_cast<uintptr_t>(p.y) % 16 != 0 || reinterpret_cast<uintptr_t>(p.workspace) % 16 != 0)
     return cudaErrorInvalidValue;
-  constexpr size_t smem_bytes = XROW ? C::SMEM_BYTES_XROW : C::SMEM_BYTES;
   const cudaError_t err =
-      set_smem_limit_once(configured, spmm_producer_kernel<C, TAIL, XROW>, static_cast<int>(smem_bytes));
+      set_smem_limit_once(configured, spmm_producer_kernel<C, TAIL>, static_cast<int>(C::SMEM_BYTES));
   if (err != cudaSuccess) return err;
   if (mt > 0x7fffffff || ntl > 65535 || p.split_k > 65535) return cudaErrorInvalidConfiguration;
   const int64_t grid_1d = mt * ntl + (tail_split ? tail * (p.split_k - 1) : 0);
   if (TAIL && grid_1d > 0x7fffffff) return cudaErrorInvalidConfiguration;
-  // x [m, k] in BM x 32 boxes (XROW) or xT [k, ldxt] in KB x BM boxes; values [w, n] in WB x BN boxes.
-  CUtensorMap tm_a, tm_b;
-  const bool a_ok = XROW ? encode_matrix(&tm_a, p.x, p.m, p.k, p.ldx, C::BM, C::X_CHUNK_K)
-                         : encode_matrix(&tm_a, p.xt, p.k, p.ldxt, p.ldxt, C::KB, C::BM);
-  if (!a_ok ||
+  CUtensorMap tm_a, tm_b;  // xT [k, ldxt] in KB x BM boxes, values [w, n] in WB x BN boxes
+  if (!encode_matrix(&tm_a, p.xt, p.k, p.ldxt, p.ldxt, C::KB, C::BM) ||
       !encode_matrix(&tm_b, p.values, w, p.n, p.n, C::WB, C::BN))
     return cudaErrorInvalidValue;
-  // Session-31 experiment: NMSPMM_WAIT_NS (read per call) sets the producer warpgroup's wait hint.
-  const char* wait_env = std::getenv("NMSPMM_WAIT_NS");
-  const uint32_t wait_ns = wait_env != nullptr ? static_cast<uint32_t>(std::strtoul(wait_env, nullptr, 10)) : 0u;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = TAIL ? dim3(static_cast<unsigned>(grid_1d), 1, 1)
                      : dim3(static_cast<unsigned>(mt), static_cast<unsigned>(ntl), static_cast<unsigned>(p.split_k));
   cfg.blockDim = dim3(C::THREADS, 1, 1);
-  cfg.dynamicSmemBytes = smem_bytes;  // one block per SM: no padding needed under dependent launch
+  cfg.dynamicSmemBytes = C::SMEM_BYTES;  // one block per SM: no padding needed under dependent launch
   cfg.stream = stream;
-  // Launched during the kernel before it (p.dependent_launch: the x transpose, or for XROW whatever
-  // kernel wrote x): the producer waits for it before its first x / xT copy; the math warps read only
-  // shared memory and write y.
+  // Launched during the x transpose (p.dependent_launch): the producer waits for it before its first
+  // tensor copy; the math warps read only shared memory and write y.
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = p.dependent_launch ? 1 : 0;
   if constexpr (!TAIL) {
-    return cudaLaunchKernelEx(&cfg, spmm_producer_kernel<C, false, XROW>, p, tm_a, tm_b, wait_ns);
+    return cudaLaunchKernelEx(&cfg, spmm_producer_kernel<C, false>, p, tm_a, tm_b);
   } else {
     SpmmParams q = p;
     if (!tail_split) q.split_k = 1;  // the kernel then computes every tile whole
-    cudaError_t e = cudaLaunchKernelEx(&cfg, spmm_producer_kernel<C, true, XROW>, q, tm_a, tm_b, wait_ns);
+    cudaError_t e = cudaLaunchKernelEx(&cfg, spmm_producer_kernel<C, true>, q, tm_a, tm_b);
     if (e != cudaSuccess || !tail_split) return e;
     // The tail's reduction, launched (sm_90, overlap_launches) while the kernel's last blocks run.
     return launch_items_after(reduce_tail_tiles_kernel<C::BM, C::BN>, tail * (C::BM * C::BN / 4), p.overlap_launches,
@@ -638,16 +506,13 @@ cudaError_t launch_producer_impl(const SpmmParams& p, cudaStream_t stream, int64
   }
 }
 
-// Row-major x unless the caller wrote xT (p.xt != nullptr).
 template <class C>
 cudaError_t launch_producer(const SpmmParams& p, cudaStream_t stream) {
-  return p.xt == nullptr ? launch_producer_impl<C, false, true>(p, stream, 0)
-                         : launch_producer_impl<C, false, false>(p, stream, 0);
+  return launch_producer_impl<C, false>(p, stream, 0);
 }
 template <class C>
 cudaError_t launch_producer_tail(const SpmmParams& p, cudaStream_t stream, int64_t tail_tiles) {
-  return p.xt == nullptr ? launch_producer_impl<C, true, true>(p, stream, tail_tiles)
-                         : launch_producer_impl<C, true, false>(p, stream, tail_tiles);
+  return launch_producer_impl<C, true>(p, stream, tail_tiles);
 }
 
 }  // namespace kernels
