@@ -430,7 +430,7 @@ __device__ __forceinline__ ProducerItem producer_item(int64_t item, int64_t mt, 
 // already refilling) and go on with the next item while the stores drain. Same k order per output
 // element as the non-persistent kernel: bitwise the same results. `tail`: kernel 22's tail tiles
 // (split split_k ways), 0 for kernel 21.
-template <class C, bool TAIL>
+template <class C, bool TAIL, int PRODUCER_REGS, int MATH_REGS>
 __global__ void __launch_bounds__(C::THREADS, 1)
     spmm_producer_persistent_kernel(const SpmmParams p, const __grid_constant__ CUtensorMap tm_a,
                                     const __grid_constant__ CUtensorMap tm_b, const int64_t tail) {
@@ -461,7 +461,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)
 
   if (warp >= C::MATH_WARPS) {
     // ---------------- producer warpgroup (its first warp works) ----------------
-    setmaxnreg_dec<40>();
+    setmaxnreg_dec<PRODUCER_REGS>();
     if (warp != C::MATH_WARPS) return;
     const int64_t q = N_ / p.L;
     int d_row[C::D_PER_LANE], d_win[C::D_PER_LANE], d_slot[C::D_PER_LANE];
@@ -534,7 +534,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)
   }
 
   // ---------------- math warps ----------------
-  setmaxnreg_inc<232>();
+  setmaxnreg_inc<MATH_REGS>();
   const int wm = warp / C::WARPS_N, wn = warp % C::WARPS_N;
   const int ml = (lane >> 1) & 7;
   const int nl = (lane & 1) | ((lane >> 4) << 1);
@@ -709,7 +709,7 @@ inline bool encode_matrix(CUtensorMap* map, const float* base, int64_t rows, int
 // Refuses (cudaErrorInvalidValue) what it was not built for: compute capability < 9.0,
 // KB / M * N != WB, L < 32, cluster_reduce, unaligned values / xT / output, sizes past the tensor
 // copies' 32-bit coordinates, a tail larger than the grid.
-template <class C, bool TAIL, bool PERSIST>
+template <class C, bool TAIL, int PERSIST>
 cudaError_t launch_producer_impl(const SpmmParams& p, cudaStream_t stream, int64_t tail) {
   static bool configured[kMaxDevices] = {};
   static int major[kMaxDevices] = {};
@@ -739,7 +739,7 @@ cudaError_t launch_producer_impl(const SpmmParams& p, cudaStream_t stream, int64
   constexpr size_t smem_bytes =
       PERSIST ? (C::PIPE_BYTES + 15) / 16 * 16 + 2 * C::STAGES * sizeof(uint64_t) + 128 : C::SMEM_BYTES;
   const cudaError_t err =
-      PERSIST ? set_smem_limit_once(configured, spmm_producer_persistent_kernel<C, TAIL>, static_cast<int>(smem_bytes))
+      PERSIST ? set_smem_limit_once(configured, spmm_producer_persistent_kernel<C, TAIL, 56, PERSIST == 1 ? 224 : 208>, static_cast<int>(smem_bytes))
               : set_smem_limit_once(configured, spmm_producer_kernel<C, TAIL>, static_cast<int>(smem_bytes));
   if (err != cudaSuccess) return err;
   if (mt > 0x7fffffff || ntl > 65535 || p.split_k > 65535) return cudaErrorInvalidConfiguration;
@@ -766,12 +766,12 @@ cudaError_t launch_producer_impl(const SpmmParams& p, cudaStream_t stream, int64
   const int64_t items = TAIL ? grid_1d : mt * ntl * p.split_k;
   if (PERSIST) cfg.gridDim = dim3(static_cast<unsigned>(items < sms[dev] ? items : sms[dev]), 1, 1);
   if constexpr (!TAIL) {
-    if constexpr (PERSIST) return cudaLaunchKernelEx(&cfg, spmm_producer_persistent_kernel<C, false>, p, tm_a, tm_b, int64_t{0});
+    if constexpr (PERSIST != 0) return cudaLaunchKernelEx(&cfg, spmm_producer_persistent_kernel<C, false, 56, PERSIST == 1 ? 224 : 208>, p, tm_a, tm_b, int64_t{0});
     return cudaLaunchKernelEx(&cfg, spmm_producer_kernel<C, false>, p, tm_a, tm_b);
   } else {
     SpmmParams q = p;
     if (!tail_split) q.split_k = 1;  // the kernel then computes every tile whole
-    cudaError_t e = PERSIST ? cudaLaunchKernelEx(&cfg, spmm_producer_persistent_kernel<C, true>, q, tm_a, tm_b,
+    cudaError_t e = PERSIST ? cudaLaunchKernelEx(&cfg, spmm_producer_persistent_kernel<C, true, 56, PERSIST == 1 ? 224 : 208>, q, tm_a, tm_b,
                                                  static_cast<int64_t>(tail_split ? tail : 0))
                             : cudaLaunchKernelEx(&cfg, spmm_producer_kernel<C, true>, q, tm_a, tm_b);
     if (e != cudaSuccess || !tail_split) return e;
@@ -782,20 +782,25 @@ cudaError_t launch_producer_impl(const SpmmParams& p, cudaStream_t stream, int64
   }
 }
 
-// Session-31 A/B: NMSPMM_PERSIST=1 (read per call) launches the persistent form.
-inline bool producer_persistent() {
+// Session-31 A/B: NMSPMM_PERSIST=1 / 2 (read per call) launches the persistent form with 56 / 224
+// or 56 / 208 registers for the producer / math warps.
+inline int producer_persistent() {
   const char* e = std::getenv("NMSPMM_PERSIST");
-  return e != nullptr && e[0] == '1';
+  return e == nullptr ? 0 : e[0] == '1' ? 1 : e[0] == '2' ? 2 : 0;
 }
 template <class C>
 cudaError_t launch_producer(const SpmmParams& p, cudaStream_t stream) {
-  return producer_persistent() ? launch_producer_impl<C, false, true>(p, stream, 0)
-                               : launch_producer_impl<C, false, false>(p, stream, 0);
+  const int v = producer_persistent();
+  return v == 1 ? launch_producer_impl<C, false, 1>(p, stream, 0)
+       : v == 2 ? launch_producer_impl<C, false, 2>(p, stream, 0)
+                : launch_producer_impl<C, false, 0>(p, stream, 0);
 }
 template <class C>
 cudaError_t launch_producer_tail(const SpmmParams& p, cudaStream_t stream, int64_t tail_tiles) {
-  return producer_persistent() ? launch_producer_impl<C, true, true>(p, stream, tail_tiles)
-                               : launch_producer_impl<C, true, false>(p, stream, tail_tiles);
+  const int v = producer_persistent();
+  return v == 1 ? launch_producer_impl<C, true, 1>(p, stream, tail_tiles)
+       : v == 2 ? launch_producer_impl<C, true, 2>(p, stream, tail_tiles)
+                : launch_producer_impl<C, true, 0>(p, stream, tail_tiles);
 }
 
 }  // namespace kernels
