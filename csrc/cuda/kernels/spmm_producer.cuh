@@ -39,7 +39,6 @@
 #include <cudaTypedefs.h>
 
 #include <cstdint>
-#include <cstdlib>
 
 #include "bulk_store.cuh"
 #include "launch_overlap.cuh"
@@ -144,7 +143,7 @@ __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
-template <class C, bool TAIL, int PRODUCER_REGS = 40, int MATH_REGS = 232>
+template <class C, bool TAIL>
 __global__ void __launch_bounds__(C::THREADS, 1)
     spmm_producer_kernel(const SpmmParams p, const __grid_constant__ CUtensorMap tm_a,
                          const __grid_constant__ CUtensorMap tm_b) {
@@ -205,7 +204,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)
 
   if (warp >= C::MATH_WARPS) {
     // ---------------- producer warpgroup (its first warp works) ----------------
-    setmaxnreg_dec<PRODUCER_REGS>();
+    setmaxnreg_dec<40>();
     if (warp != C::MATH_WARPS) return;
     const int64_t q = N_ / p.L;
     const int64_t vec0 = n0 / p.L;
@@ -266,7 +265,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)
   }
 
   // ---------------- math warps ----------------
-  setmaxnreg_inc<MATH_REGS>();
+  setmaxnreg_inc<232>();
   const int wm = warp / C::WARPS_N, wn = warp % C::WARPS_N;
   // Paired lanes: lanes 2i and 2i+1 share their A address and lanes i and i^2 their B address.
   const int ml = (lane >> 1) & 7;
@@ -447,7 +446,7 @@ inline bool encode_matrix(CUtensorMap* map, const float* base, int64_t rows, int
 // Refuses (cudaErrorInvalidValue) what it was not built for: compute capability < 9.0,
 // KB / M * N != WB, L < 32, cluster_reduce, unaligned values / xT / output, sizes past the tensor
 // copies' 32-bit coordinates, a tail larger than the grid.
-template <class C, bool TAIL, int PR, int MR>
+template <class C, bool TAIL>
 cudaError_t launch_producer_impl(const SpmmParams& p, cudaStream_t stream, int64_t tail) {
   static bool configured[kMaxDevices] = {};
   static int major[kMaxDevices] = {};
@@ -471,7 +470,7 @@ cudaError_t launch_producer_impl(const SpmmParams& p, cudaStream_t stream, int64
       reinterpret_cast<uintptr_t>(p.y) % 16 != 0 || reinterpret_cast<uintptr_t>(p.workspace) % 16 != 0)
     return cudaErrorInvalidValue;
   const cudaError_t err =
-      set_smem_limit_once(configured, spmm_producer_kernel<C, TAIL, PR, MR>, static_cast<int>(C::SMEM_BYTES));
+      set_smem_limit_once(configured, spmm_producer_kernel<C, TAIL>, static_cast<int>(C::SMEM_BYTES));
   if (err != cudaSuccess) return err;
   if (mt > 0x7fffffff || ntl > 65535 || p.split_k > 65535) return cudaErrorInvalidConfiguration;
   const int64_t grid_1d = mt * ntl + (tail_split ? tail * (p.split_k - 1) : 0);
@@ -494,11 +493,11 @@ cudaError_t launch_producer_impl(const SpmmParams& p, cudaStream_t stream, int64
   cfg.attrs = attr;
   cfg.numAttrs = p.dependent_launch ? 1 : 0;
   if constexpr (!TAIL) {
-    return cudaLaunchKernelEx(&cfg, spmm_producer_kernel<C, false, PR, MR>, p, tm_a, tm_b);
+    return cudaLaunchKernelEx(&cfg, spmm_producer_kernel<C, false>, p, tm_a, tm_b);
   } else {
     SpmmParams q = p;
     if (!tail_split) q.split_k = 1;  // the kernel then computes every tile whole
-    cudaError_t e = cudaLaunchKernelEx(&cfg, spmm_producer_kernel<C, true, PR, MR>, q, tm_a, tm_b);
+    cudaError_t e = cudaLaunchKernelEx(&cfg, spmm_producer_kernel<C, true>, q, tm_a, tm_b);
     if (e != cudaSuccess || !tail_split) return e;
     // The tail's reduction, launched (sm_90, overlap_launches) while the kernel's last blocks run.
     return launch_items_after(reduce_tail_tiles_kernel<C::BM, C::BN>, tail * (C::BM * C::BN / 4), p.overlap_launches,
@@ -507,29 +506,13 @@ cudaError_t launch_producer_impl(const SpmmParams& p, cudaStream_t stream, int64
   }
 }
 
-// Session-31 A/B: NMSPMM_REGS=v (read per call) picks the producer / math register split of the
-// setmaxnreg reallocation: 0: 40 / 232, 1: 40 / 224, 2: 40 / 216, 3: 56 / 216, 4: 56 / 208.
-inline int producer_regs_variant() {
-  const char* e = std::getenv("NMSPMM_REGS");
-  return e == nullptr ? 0 : e[0] - '0';
-}
-template <class C, bool TAIL>
-cudaError_t launch_producer_regs(const SpmmParams& p, cudaStream_t stream, int64_t tail) {
-  switch (producer_regs_variant()) {
-    case 1: return launch_producer_impl<C, TAIL, 40, 224>(p, stream, tail);
-    case 2: return launch_producer_impl<C, TAIL, 40, 216>(p, stream, tail);
-    case 3: return launch_producer_impl<C, TAIL, 56, 216>(p, stream, tail);
-    case 4: return launch_producer_impl<C, TAIL, 56, 208>(p, stream, tail);
-    default: return launch_producer_impl<C, TAIL, 40, 232>(p, stream, tail);
-  }
-}
 template <class C>
 cudaError_t launch_producer(const SpmmParams& p, cudaStream_t stream) {
-  return launch_producer_regs<C, false>(p, stream, 0);
+  return launch_producer_impl<C, false>(p, stream, 0);
 }
 template <class C>
 cudaError_t launch_producer_tail(const SpmmParams& p, cudaStream_t stream, int64_t tail_tiles) {
-  return launch_producer_regs<C, true>(p, stream, tail_tiles);
+  return launch_producer_impl<C, true>(p, stream, tail_tiles);
 }
 
 }  // namespace kernels
