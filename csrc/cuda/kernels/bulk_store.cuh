@@ -41,23 +41,5 @@ __device__ __forceinline__ void bulk_store_commit_and_wait_read() {
 #endif
 }
 
-// Pipelined form: commit this thread's bulk copies as one group; wait until all but the most recent
-// group / all groups have read their shared-memory source.
-__device__ __forceinline__ void bulk_store_commit() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void bulk_store_wait_read_all_but_one() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.wait_group.read 1;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void bulk_store_wait_read_all() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
-#endif
-}
-
 }  // namespace kernels
 }  // namespace nmspmm

@@ -39,7 +39,6 @@
 #include <cudaTypedefs.h>
 
 #include <cstdint>
-#include <cstdlib>
 
 #include "bulk_store.cuh"
 #include "launch_overlap.cuh"
@@ -70,13 +69,6 @@ struct ProducerConfig {
   static constexpr size_t TILE_BYTES = static_cast<size_t>(BM) * (BN + 4) * sizeof(float);
   static constexpr size_t BAR_OFFSET = ((PIPE_BYTES > TILE_BYTES ? PIPE_BYTES : TILE_BYTES) + 15) / 16 * 16;
   static constexpr size_t SMEM_BYTES = BAR_OFFSET + 2 * STAGES * sizeof(uint64_t) + 128;  // + alignment
-  // Persistent form: the output tile leaves through two buffers of 32 rows (BN + 4 floats each) after
-  // the pipeline, so the pipeline keeps filling during the epilogue.
-  static constexpr int EPI_ROWS = 32;
-  static constexpr int EPI_FLOATS = EPI_ROWS * (BN + 4);
-  static constexpr size_t EPI_OFFSET = (PIPE_BYTES + 127) / 128 * 128;
-  static constexpr size_t PBAR_OFFSET = EPI_OFFSET + 2 * static_cast<size_t>(EPI_FLOATS) * sizeof(float);
-  static constexpr size_t SMEM_BYTES_PERSISTENT = PBAR_OFFSET + 2 * STAGES * sizeof(uint64_t) + 128;
   static_assert(WB % 4 == 0 && WB >= 4 && WB <= 32 && WB <= KB, "WB must be a multiple of 4 in [4, min(32, KB)]");
   static_assert(KB % 32 == 0 && KB <= 256, "KB must be a multiple of 32 in [32, 256] (a tensor-copy box has at most 256 rows)");
   static_assert(MATH_WARPS % 4 == 0, "the producer warpgroup must be warpgroup-aligned");
@@ -392,281 +384,6 @@ __global__ void __launch_bounds__(C::THREADS, 1)
   bulk_store_commit_and_wait_read();
 }
 
-// Work item `item` of kernel 21 / 22's item list: its tile, split, split count and (a tail split of
-// kernel 22) its slot in the tail. Kernel 21: items = m-tiles x n-tiles x split_k, m-tile fastest,
-// then n-tile, then split (the order of the non-persistent grid). Kernel 22: the tiles - tail whole
-// tiles, then the tail's split_k x tail splits (tail slot fastest).
-struct ProducerItem {
-  int64_t tile_m, tile_n, z, tail_slot;
-  int splits;
-};
-template <bool TAIL>
-__device__ __forceinline__ ProducerItem producer_item(int64_t item, int64_t mt, int64_t ntl, int split_k,
-                                                      int64_t tail) {
-  ProducerItem it;
-  if constexpr (TAIL) {
-    const int64_t tiles = mt * ntl;
-    int64_t t = item;
-    it.z = 0;
-    it.splits = 1;
-    it.tail_slot = -1;
-    if (tail > 0 && t >= tiles - tail) {
-      const int64_t j = t - (tiles - tail);
-      it.tail_slot = j % tail;
-      it.z = j / tail;
-      it.splits = split_k;
-      t = tiles - tail + it.tail_slot;
-    }
-    it.tile_m = t % mt;
-    it.tile_n = t / mt;
-  } else {
-    it.tile_m = item % mt;
-    it.tile_n = (item / mt) % ntl;
-    it.z = item / (mt * ntl);
-    it.splits = split_k;
-    it.tail_slot = -1;
-  }
-  return it;
-}
-
-// The persistent form of kernels 21 / 22: a grid of min(items, SMs) blocks, block b works items
-// b, b + gridDim.x, ... in order. The producer warp runs on through item boundaries (one stage
-// counter for the block: the mbarrier phases continue), so the next item's first stages are
-// fetched while the math warps finish this one; the math warps write each item's tile with
-// per-thread 16-byte stores straight from registers (no shared-memory staging: the pipeline is
-// already refilling) and go on with the next item while the stores drain. Same k order per output
-// element as the non-persistent kernel: bitwise the same results. `tail`: kernel 22's tail tiles
-// (split split_k ways), 0 for kernel 21.
-template <class C, bool TAIL, int PRODUCER_REGS, int MATH_REGS>
-__global__ void __launch_bounds__(C::THREADS, 1)
-    spmm_producer_persistent_kernel(const SpmmParams p, const __grid_constant__ CUtensorMap tm_a,
-                                    const __grid_constant__ CUtensorMap tm_b, const int64_t tail) {
-  constexpr int KB = C::KB, WB = C::WB, BM = C::BM, BN = C::BN, STAGES = C::STAGES, QT = C::QT;
-  extern __shared__ float4 smem_f4[];
-  const uint32_t raw_base = smem_addr(smem_f4);
-  float* const smem = reinterpret_cast<float*>(smem_f4) + (((128 - (raw_base & 127)) & 127) / 4);
-  const uint32_t smem_base = smem_addr(smem);
-  const uint32_t full_bar = smem_base + static_cast<uint32_t>(C::PBAR_OFFSET);
-  const uint32_t empty_bar = full_bar + 8 * STAGES;
-
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int64_t M_ = p.m, N_ = p.n, K_ = p.k;
-  const int64_t mt = (M_ + BM - 1) / BM, ntl = (N_ + BN - 1) / BN;
-  const int64_t items = TAIL ? mt * ntl + (p.split_k > 1 ? tail * (p.split_k - 1) : 0) : mt * ntl * p.split_k;
-  const int64_t kblocks = (K_ + KB - 1) / KB;
-  const int64_t w = K_ / p.M * p.N;  // compressed rows
-
-  if (tid == 0) {
-#pragma unroll
-    for (int s = 0; s < STAGES; ++s) {
-      mbar_init(full_bar + 8 * s, 32);
-      mbar_init(empty_bar + 8 * s, C::MATH_THREADS);
-    }
-    mbar_init_fence();
-  }
-  __syncthreads();
-
-  if (warp >= C::MATH_WARPS) {
-    // ---------------- producer warpgroup (its first warp works) ----------------
-    setmaxnreg_dec<PRODUCER_REGS>();
-    if (warp != C::MATH_WARPS) return;
-    const int64_t q = N_ / p.L;
-    int d_row[C::D_PER_LANE], d_win[C::D_PER_LANE], d_slot[C::D_PER_LANE];
-#pragma unroll
-    for (int d = 0; d < C::D_PER_LANE; ++d) {
-      const int e = lane + 32 * d;
-      d_row[d] = e / QT;
-      d_slot[d] = e % QT;
-      d_win[d] = (d_row[d] / p.N) * p.M;
-    }
-    bool waited = false;
-    int gs = 0;  // the block's stage counter (all items)
-#pragma unroll 1
-    for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
-      const ProducerItem it = producer_item<TAIL>(item, mt, ntl, p.split_k, tail);
-      const int64_t m0 = it.tile_m * BM, n0 = it.tile_n * BN;
-      const int64_t kb_begin = kblocks * it.z / it.splits;
-      const int nk = static_cast<int>(kblocks * (it.z + 1) / it.splits - kb_begin);
-      const int64_t vec0 = n0 / p.L;
-      const int tile_off = static_cast<int>(n0 % p.L);
-      bool d_ok[C::D_PER_LANE];
-      const uint8_t* d_src[C::D_PER_LANE];
-#pragma unroll
-      for (int d = 0; d < C::D_PER_LANE; ++d) {
-        // Slot t holds the vector of the warp column t (columns 32t..32t+31 of the tile).
-        const int64_t vec = vec0 + (tile_off + 32 * d_slot[d]) / p.L;
-        d_ok[d] = lane + 32 * d < QT * WB && vec < q;
-        d_src[d] = p.indices + (d_ok[d] ? static_cast<int64_t>(d_row[d]) * q + vec : 0);
-      }
-      int raw[C::D_PER_LANE];
-      const int64_t u_begin = kb_begin * WB;
-      auto fetch = [&](int s) {
-        const int64_t u0 = u_begin + static_cast<int64_t>(s) * WB;
-#pragma unroll
-        for (int d = 0; d < C::D_PER_LANE; ++d)
-          raw[d] = (s < nk && d_ok[d] && u0 + d_row[d] < w) ? __ldg(d_src[d] + u0 * q) : 0;
-      };
-      fetch(0);
-      if (!waited) {
-        grid_dependency_wait();  // xT is written by the transpose launched just before
-        waited = true;
-      }
-#pragma unroll 1
-      for (int s = 0; s < nk; ++s, ++gs) {
-        const int slot = gs % STAGES;
-        if (gs >= STAGES) mbar_wait(empty_bar + 8 * slot, ((gs / STAGES) - 1) & 1);
-        const uint32_t stage = smem_base + static_cast<uint32_t>(slot * C::STAGE_FLOATS * 4);
-        int* const Ds = reinterpret_cast<int*>(smem + slot * C::STAGE_FLOATS + C::A_FLOATS + C::B_FLOATS);
-#pragma unroll
-        for (int d = 0; d < C::D_PER_LANE; ++d) {
-          const int e = lane + 32 * d;
-          if (e < QT * WB)
-            Ds[d_slot[d] * WB + d_row[d]] = static_cast<int>(slot * C::STAGE_FLOATS + (d_win[d] + raw[d]) * BM) * 4;
-        }
-        fetch(s + 1);
-        const int64_t k0 = (kb_begin + s) * KB;
-        const int64_t u0 = u_begin + static_cast<int64_t>(s) * WB;
-        const uint32_t bar = full_bar + 8 * slot;
-        if (lane == 0) {
-          mbar_arrive_expect_tx(bar, (C::A_FLOATS + C::B_FLOATS) * 4);
-          tensor_load_2d(stage, &tm_a, static_cast<int>(m0), static_cast<int>(k0), bar);
-          tensor_load_2d(stage + C::A_FLOATS * 4, &tm_b, static_cast<int>(n0), static_cast<int>(u0), bar);
-        } else {
-          mbar_arrive(bar);
-        }
-      }
-    }
-    if (!waited) grid_dependency_wait();
-    return;
-  }
-
-  // ---------------- math warps ----------------
-  setmaxnreg_inc<MATH_REGS>();
-  const int wm = warp / C::WARPS_N, wn = warp % C::WARPS_N;
-  const int ml = (lane >> 1) & 7;
-  const int nl = (lane & 1) | ((lane >> 4) << 1);
-  const int ti = wm * 128 + ml * 4;
-  const int tj = wn * 32 + nl * 4;
-  const char* const a_lane = reinterpret_cast<const char*>(smem + ti);
-
-  struct Frag {
-    float a[16];
-    float b[8];
-  };
-  float acc[16][8];
-  auto load_frag = [&](Frag& f, const float* Bs, int o, int r) {
-#pragma unroll
-    for (int g = 0; g < 4; ++g) {
-      const float4 v = *reinterpret_cast<const float4*>(a_lane + o + 128 * g);
-      f.a[4 * g] = v.x; f.a[4 * g + 1] = v.y; f.a[4 * g + 2] = v.z; f.a[4 * g + 3] = v.w;
-    }
-    const float4 b0 = *reinterpret_cast<const float4*>(Bs + r * BN + tj);
-    const float4 b1 = *reinterpret_cast<const float4*>(Bs + r * BN + tj + 16);
-    f.b[0] = b0.x; f.b[1] = b0.y; f.b[2] = b0.z; f.b[3] = b0.w;
-    f.b[4] = b1.x; f.b[5] = b1.y; f.b[6] = b1.z; f.b[7] = b1.w;
-  };
-  auto fma_frag = [&](const Frag& f) {
-#pragma unroll
-    for (int i = 0; i < 16; ++i)
-#pragma unroll
-      for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(f.a[i], f.b[j], acc[i][j]);
-  };
-
-  int gs = 0;
-#pragma unroll 1
-  for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
-    const ProducerItem it = producer_item<TAIL>(item, mt, ntl, p.split_k, tail);
-    const int64_t m0 = it.tile_m * BM, n0 = it.tile_n * BN;
-    const int64_t kb_begin = kblocks * it.z / it.splits;
-    const int nk = static_cast<int>(kblocks * (it.z + 1) / it.splits - kb_begin);
-    const int64_t u_begin = kb_begin * WB;
-#pragma unroll
-    for (int i = 0; i < 16; ++i)
-#pragma unroll
-      for (int j = 0; j < 8; ++j) acc[i][j] = 0.f;
-#pragma unroll 1
-    for (int s = 0; s < nk; ++s, ++gs) {
-      const int slot = gs % STAGES;
-      mbar_wait(full_bar + 8 * slot, (gs / STAGES) & 1);
-      const float* const Bs = smem + slot * C::STAGE_FLOATS + C::A_FLOATS;
-      const int* const d = reinterpret_cast<const int*>(Bs + C::B_FLOATS) + wn * WB;
-      const int64_t left = w - (u_begin + static_cast<int64_t>(s) * WB);
-      if (left >= WB) {
-        Frag fa, fb;
-        int4 c = *reinterpret_cast<const int4*>(d);
-        load_frag(fa, Bs, c.x, 0);
-#pragma unroll
-        for (int g = 0; g < WB / 4; ++g) {
-          const int4 nx = g + 1 < WB / 4 ? *reinterpret_cast<const int4*>(d + 4 * (g + 1)) : c;
-          const int r = 4 * g;
-          load_frag(fb, Bs, c.y, r + 1);
-          fma_frag(fa);
-          load_frag(fa, Bs, c.z, r + 2);
-          fma_frag(fb);
-          load_frag(fb, Bs, c.w, r + 3);
-          fma_frag(fa);
-          if (g + 1 < WB / 4) load_frag(fa, Bs, nx.x, r + 4);
-          fma_frag(fb);
-          c = nx;
-        }
-      } else {
-#pragma unroll 1
-        for (int r = 0; r < left; ++r) {
-          Frag f;
-          load_frag(f, Bs, d[r], r);
-          fma_frag(f);
-        }
-      }
-      mbar_arrive(empty_bar + 8 * slot);
-    }
-    // Epilogue: the tile leaves in 4 pieces of 32 rows (piece g holds acc[4g..4g+3] of every thread),
-    // each staged in one of two shared-memory buffers and written by bulk copies, one per row; a
-    // buffer is refilled once the copies of the piece before last have read it.
-    const bool split = it.splits > 1;
-    constexpr int CS = BN + 4;
-    float* out;
-    int64_t ld, cols;
-    if (TAIL && split) {
-      out = p.workspace + (it.z * tail + it.tail_slot) * BM * BN;
-      ld = BN;
-      cols = BN;
-    } else {
-      out = (split ? p.workspace + it.z * M_ * N_ : p.y) + m0 * N_ + n0;
-      ld = N_;
-      cols = N_ - n0 < BN ? N_ - n0 : BN;
-    }
-#pragma unroll
-    for (int g = 0; g < 4; ++g) {
-      float* const buf = smem + C::EPI_OFFSET / 4 + (g & 1) * C::EPI_FLOATS;
-      if (tid < C::EPI_ROWS) bulk_store_wait_read_all_but_one();
-      named_barrier_sync(1, C::MATH_THREADS);
-#pragma unroll
-      for (int i = 4 * g; i < 4 * g + 4; ++i) {
-        const int r = ti + (i % 4);  // row within the piece
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int c = tj + 16 * h;
-          float4 v = make_float4(acc[i][4 * h], acc[i][4 * h + 1], acc[i][4 * h + 2], acc[i][4 * h + 3]);
-          if (!split && p.bias != nullptr && n0 + c < N_) {
-            const float4 bb = *reinterpret_cast<const float4*>(p.bias + n0 + c);
-            v.x += bb.x; v.y += bb.y; v.z += bb.z; v.w += bb.w;
-          }
-          *reinterpret_cast<float4*>(buf + r * CS + c) = v;
-        }
-      }
-      bulk_store_fence();
-      named_barrier_sync(1, C::MATH_THREADS);
-      if (tid < C::EPI_ROWS) {
-        const int r = C::EPI_ROWS * g + tid;
-        if (m0 + r < M_) bulk_store_row(out + r * ld, buf + tid * CS, static_cast<uint32_t>(cols * 4));
-        bulk_store_commit();
-      }
-    }
-  }
-  if (tid < C::EPI_ROWS) bulk_store_wait_read_all();
-  allow_dependent_launch();  // the split-K reduction, if any, may start launching
-}
-
 // Kernel 22's reduction: y[tile] = sum_{z < splits} ws[z][slot] (+ bias) for the tail's tiles, in
 // fixed z order; slot s is the tile first_tile + s (m-tile fastest over mt m-tiles). n % 4 == 0.
 template <int BM, int BN>
@@ -729,16 +446,13 @@ inline bool encode_matrix(CUtensorMap* map, const float* base, int64_t rows, int
 // Refuses (cudaErrorInvalidValue) what it was not built for: compute capability < 9.0,
 // KB / M * N != WB, L < 32, cluster_reduce, unaligned values / xT / output, sizes past the tensor
 // copies' 32-bit coordinates, a tail larger than the grid.
-template <class C, bool TAIL, int PERSIST>
+template <class C, bool TAIL>
 cudaError_t launch_producer_impl(const SpmmParams& p, cudaStream_t stream, int64_t tail) {
   static bool configured[kMaxDevices] = {};
   static int major[kMaxDevices] = {};
-  static int sms[kMaxDevices] = {};
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) return cudaErrorInvalidDevice;
   if (major[dev] == 0 && cudaDeviceGetAttribute(&major[dev], cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
-    return cudaErrorInvalidDevice;
-  if (sms[dev] == 0 && cudaDeviceGetAttribute(&sms[dev], cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
     return cudaErrorInvalidDevice;
   const int64_t w = p.k / p.M * p.N;
   constexpr int64_t kMaxCoord = 0x7fffffff;
@@ -755,12 +469,8 @@ cudaError_t launch_producer_impl(const SpmmParams& p, cudaStream_t stream, int64
   if (reinterpret_cast<uintptr_t>(p.values) % 16 != 0 || reinterpret_cast<uintptr_t>(p.xt) % 16 != 0 ||
       reinterpret_cast<uintptr_t>(p.y) % 16 != 0 || reinterpret_cast<uintptr_t>(p.workspace) % 16 != 0)
     return cudaErrorInvalidValue;
-  // The persistent kernel stages no output tile: the pipeline and its barriers only.
-  constexpr size_t smem_bytes = PERSIST ? C::SMEM_BYTES_PERSISTENT : C::SMEM_BYTES;
-  static_assert(smem_bytes <= 227 * 1024, "over the sm_90 shared-memory limit per block");
   const cudaError_t err =
-      PERSIST ? set_smem_limit_once(configured, spmm_producer_persistent_kernel<C, TAIL, PERSIST == 3 ? 80 : 56, PERSIST == 1 ? 216 : PERSIST == 2 ? 224 : 200>, static_cast<int>(smem_bytes))
-              : set_smem_limit_once(configured, spmm_producer_kernel<C, TAIL>, static_cast<int>(smem_bytes));
+      set_smem_limit_once(configured, spmm_producer_kernel<C, TAIL>, static_cast<int>(C::SMEM_BYTES));
   if (err != cudaSuccess) return err;
   if (mt > 0x7fffffff || ntl > 65535 || p.split_k > 65535) return cudaErrorInvalidConfiguration;
   const int64_t grid_1d = mt * ntl + (tail_split ? tail * (p.split_k - 1) : 0);
@@ -773,7 +483,7 @@ cudaError_t launch_producer_impl(const SpmmParams& p, cudaStream_t stream, int64
   cfg.gridDim = TAIL ? dim3(static_cast<unsigned>(grid_1d), 1, 1)
                      : dim3(static_cast<unsigned>(mt), static_cast<unsigned>(ntl), static_cast<unsigned>(p.split_k));
   cfg.blockDim = dim3(C::THREADS, 1, 1);
-  cfg.dynamicSmemBytes = smem_bytes;  // one block per SM: no padding needed under dependent launch
+  cfg.dynamicSmemBytes = C::SMEM_BYTES;  // one block per SM: no padding needed under dependent launch
   cfg.stream = stream;
   // Launched during the x transpose (p.dependent_launch): the producer waits for it before its first
   // tensor copy; the math warps read only shared memory and write y.
@@ -782,18 +492,12 @@ cudaError_t launch_producer_impl(const SpmmParams& p, cudaStream_t stream, int64
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = p.dependent_launch ? 1 : 0;
-  // Persistent: one block per SM (at most), each working every gridDim.x-th item.
-  const int64_t items = TAIL ? grid_1d : mt * ntl * p.split_k;
-  if (PERSIST) cfg.gridDim = dim3(static_cast<unsigned>(items < sms[dev] ? items : sms[dev]), 1, 1);
   if constexpr (!TAIL) {
-    if constexpr (PERSIST != 0) return cudaLaunchKernelEx(&cfg, spmm_producer_persistent_kernel<C, false, PERSIST == 3 ? 80 : 56, PERSIST == 1 ? 216 : PERSIST == 2 ? 224 : 200>, p, tm_a, tm_b, int64_t{0});
     return cudaLaunchKernelEx(&cfg, spmm_producer_kernel<C, false>, p, tm_a, tm_b);
   } else {
     SpmmParams q = p;
     if (!tail_split) q.split_k = 1;  // the kernel then computes every tile whole
-    cudaError_t e = PERSIST ? cudaLaunchKernelEx(&cfg, spmm_producer_persistent_kernel<C, true, PERSIST == 3 ? 80 : 56, PERSIST == 1 ? 216 : PERSIST == 2 ? 224 : 200>, q, tm_a, tm_b,
-                                                 static_cast<int64_t>(tail_split ? tail : 0))
-                            : cudaLaunchKernelEx(&cfg, spmm_producer_kernel<C, true>, q, tm_a, tm_b);
+    cudaError_t e = cudaLaunchKernelEx(&cfg, spmm_producer_kernel<C, true>, q, tm_a, tm_b);
     if (e != cudaSuccess || !tail_split) return e;
     // The tail's reduction, launched (sm_90, overlap_launches) while the kernel's last blocks run.
     return launch_items_after(reduce_tail_tiles_kernel<C::BM, C::BN>, tail * (C::BM * C::BN / 4), p.overlap_launches,
@@ -802,27 +506,13 @@ cudaError_t launch_producer_impl(const SpmmParams& p, cudaStream_t stream, int64
   }
 }
 
-// Session-31 A/B: NMSPMM_PERSIST=1 / 2 (read per call) launches the persistent form with 56 / 224
-// or 56 / 208 registers for the producer / math warps.
-inline int producer_persistent() {
-  const char* e = std::getenv("NMSPMM_PERSIST");
-  return e == nullptr ? 0 : e[0] == '1' ? 1 : e[0] == '2' ? 2 : e[0] == '3' ? 3 : 0;
-}
 template <class C>
 cudaError_t launch_producer(const SpmmParams& p, cudaStream_t stream) {
-  const int v = producer_persistent();
-  return v == 1 ? launch_producer_impl<C, false, 1>(p, stream, 0)
-       : v == 2 ? launch_producer_impl<C, false, 2>(p, stream, 0)
-       : v == 3 ? launch_producer_impl<C, false, 3>(p, stream, 0)
-                : launch_producer_impl<C, false, 0>(p, stream, 0);
+  return launch_producer_impl<C, false>(p, stream, 0);
 }
 template <class C>
 cudaError_t launch_producer_tail(const SpmmParams& p, cudaStream_t stream, int64_t tail_tiles) {
-  const int v = producer_persistent();
-  return v == 1 ? launch_producer_impl<C, true, 1>(p, stream, tail_tiles)
-       : v == 2 ? launch_producer_impl<C, true, 2>(p, stream, tail_tiles)
-       : v == 3 ? launch_producer_impl<C, true, 3>(p, stream, tail_tiles)
-                : launch_producer_impl<C, true, 0>(p, stream, tail_tiles);
+  return launch_producer_impl<C, true>(p, stream, tail_tiles);
 }
 
 }  // namespace kernels
