@@ -28,8 +28,6 @@
 #include <climits>
 #include <cstdint>
 
-#include <cstdlib>
-
 #include "cp_async.cuh"
 #include "launch_overlap.cuh"
 #include "smem_limit.h"
@@ -69,7 +67,7 @@ struct WarpPackedConfig {
 };
 
 template <class C>
-__device__ __forceinline__ void warp_packed_body(const SpmmParams& p) {
+__global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) spmm_warp_packed_kernel(const SpmmParams p) {
   constexpr int TM = C::TM, WB = C::WB, BM = C::BM, STAGES = C::STAGES;
   constexpr unsigned kAll = 0xffffffffu;
   extern __shared__ float4 smem_f4[];
@@ -239,34 +237,16 @@ __device__ __forceinline__ void warp_packed_body(const SpmmParams& p) {
   store_output_tile<TM, BM, C::BN, C::THREADS>(acc, p, smem_f4, tid, ti, tj, m0, n0);
 }
 
-template <class C>
-__global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) spmm_warp_packed_kernel(const SpmmParams p) {
-  warp_packed_body<C>(p);
-}
-// Session-31 A/B: the same kernel with a register cap of R (another ptxas allocation of its FFMA loop).
-template <class C, int R>
-__global__ void __maxnreg__(R) spmm_warp_packed_kernel_capped(const SpmmParams p) {
-  warp_packed_body<C>(p);
-}
-
 
 template <class C>
 cudaError_t launch_warp_packed(const SpmmParams& p, cudaStream_t stream) {
-  // NMSPMM_WP_REGS=1 (read per call, session-31 A/B): the 32x128 kernel capped at 112 registers.
-  const char* cap_env = std::getenv("NMSPMM_WP_REGS");
-  const bool capped = C::TM == 4 && cap_env != nullptr && cap_env[0] == '1';
-  void (*kernel)(const SpmmParams) = spmm_warp_packed_kernel<C>;
-  if constexpr (C::TM == 4) {
-    if (capped) kernel = spmm_warp_packed_kernel_capped<C, 112>;
-  }
   static bool configured[kMaxDevices] = {};
-  static bool configured_capped[kMaxDevices] = {};
   constexpr size_t smem_need = C::smem_bytes();
   // The limit (set once per device) allows the padding to one block per SM (dependent launch below).
   const SmFacts sm = current_sm_facts();
   const size_t one_per_sm = sm.smem_per_sm > 0 ? smem_for_blocks_per_sm(sm, 1) : 0;
   const size_t smem_max = smem_need > one_per_sm ? smem_need : one_per_sm;
-  const cudaError_t err = set_smem_limit_once(capped ? configured_capped : configured, kernel, static_cast<int>(smem_max));
+  const cudaError_t err = set_smem_limit_once(configured, spmm_warp_packed_kernel<C>, static_cast<int>(smem_max));
   if (err != cudaSuccess) return err;
   // A warp's columns must share one vector (L >= 32, n % 32 == 0); row numbers of xT fit an int.
   // Byte offsets of xT rows are 32-bit multiplies: ldxt * 4 < 2^32.
@@ -302,7 +282,7 @@ cudaError_t launch_warp_packed(const SpmmParams& p, cudaStream_t stream) {
     ++cfg.numAttrs;
   }
   cfg.attrs = attr;
-  return cudaLaunchKernelEx(&cfg, kernel, p);
+  return cudaLaunchKernelEx(&cfg, spmm_warp_packed_kernel<C>, p);
 }
 
 }  // namespace kernels
