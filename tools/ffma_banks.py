@@ -1,0 +1,77 @@
+"""How often a kernel's FFMAs read two operands from one register bank: a static check of ptxas's
+register allocation of the FFMA blocks (CPU only; nvcc and cuobjdump, CUOBJDUMP= if not on PATH).
+
+    python tools/ffma_banks.py                                  # every kernel file, sm_90a
+    python tools/ffma_banks.py --files 'spmm_producer*.cu' 'spmm_warp_packed_tm*.cu'
+
+For each function with at least --min-ffma FFMAs it prints the FFMA count and the share of FFMAs
+whose register sources not taken from the operand reuse cache (at least two) all lie in one bank
+(register number mod 2). In the 16x8 thread tiles the A operand is reused, so that is mostly B and
+the accumulator in one bank.
+
+Why (session 31, docs/kernels.md): kernel 21's math loop compiled three ways from small changes
+elsewhere in the kernel had 6.6%, 9.1% and 38.5% of such FFMAs, and ncu at 4096^3 16:32 put 8.6%,
+9.4% and 13.3% of the warp samples in dispatch stalls (benchmarks/results/h100/experiments/s31/
+ncu_alloc_modes_h100.txt). At two warps per scheduler (kernels 21, 22, 18) the 38% allocations ran
+5-18% slower; at four (kernel 20: 18% -> 11% under a register cap) it made no difference. The share
+does not rank allocations that are close (9% against 10-11%): measure those."""
+import argparse
+import concurrent.futures as cf
+import fnmatch
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+KDIR = os.path.join(ROOT, "csrc", "cuda", "kernels")
+
+
+def same_bank_share(ffmas):
+    """Share of FFMA lines whose non-reused register sources (at least two) all lie in one bank."""
+    hits = 0
+    for line in ffmas:
+        operands = re.findall(r"R(\d+)(\.reuse)?", line.split("FFMA", 1)[1].split(";")[0])
+        sources = [int(num) for num, reuse in operands[1:4] if not reuse]
+        if len(sources) >= 2 and len({s % 2 for s in sources}) == 1:
+            hits += 1
+    return hits / len(ffmas) if ffmas else 0.0
+
+
+def functions(name, out_dir, cuobjdump, arch):
+    cubin = os.path.join(out_dir, name + ".cubin")
+    subprocess.run(["nvcc", "-std=c++17", "-O3", f"-arch={arch}", "-cubin", name, "-o", cubin], cwd=KDIR,
+                   check=True, capture_output=True)
+    text = subprocess.run([cuobjdump, "-sass", cubin], check=True, capture_output=True, text=True).stdout
+    out = []
+    for chunk in text.split("Function : ")[1:]:
+        fn = chunk.split("\n", 1)[0].strip()
+        ffmas = [line for line in chunk.split("\n") if re.search(r"\bFFMA\b", line)]
+        out.append((fn, len(ffmas), same_bank_share(ffmas)))
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--files", nargs="+", default=["*.cu"], help="globs over csrc/cuda/kernels")
+    ap.add_argument("--arch", default="sm_90a")
+    ap.add_argument("--min-ffma", type=int, default=200)
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
+    a = ap.parse_args()
+    cuobjdump = os.environ.get("CUOBJDUMP") or shutil.which("cuobjdump")
+    if not cuobjdump:
+        sys.exit("cuobjdump not found: set CUOBJDUMP")
+    names = sorted(n for n in os.listdir(KDIR) if n.endswith(".cu") and any(fnmatch.fnmatch(n, g) for g in a.files))
+    with tempfile.TemporaryDirectory() as tmp, cf.ThreadPoolExecutor(max_workers=a.jobs) as ex:
+        jobs = {n: ex.submit(functions, n, tmp, cuobjdump, a.arch) for n in names}
+        for n, job in jobs.items():
+            for fn, count, share in job.result():
+                if count >= a.min_ffma:
+                    short = fn if len(fn) < 100 else fn[:97] + "..."
+                    print(f"{share:6.3f}  {count:5d} FFMA  {n}: {short}")
+
+
+if __name__ == "__main__":
+    main()
