@@ -9,12 +9,12 @@ whose register sources not taken from the operand reuse cache (at least two) all
 (register number mod 2). In the 16x8 thread tiles the A operand is reused, so that is mostly B and
 the accumulator in one bank.
 
-Why (session 31, docs/kernels.md): kernel 21's math loop compiled three ways from small changes
-elsewhere in the kernel had 6.6%, 9.1% and 38.5% of such FFMAs, and ncu at 4096^3 16:32 put 8.6%,
-9.4% and 13.3% of the warp samples in dispatch stalls (benchmarks/results/h100/experiments/s31/
-ncu_alloc_modes_h100.txt). At two warps per scheduler (kernels 21, 22, 18) the 38% allocations ran
-5-18% slower; at four (kernel 20: 18% -> 11% under a register cap) it made no difference. The share
-does not rank allocations that are close (9% against 10-11%): measure those."""
+Why (session 31, docs/kernels.md): kernel 21's math loop compiled three ways from changes elsewhere
+in the kernel had 6.6%, 9.1% and 38.5% of such FFMAs, and ncu at 4096^3 16:32 put 8.6%, 9.4% and 13.3%
+of the warp samples in dispatch stalls (benchmarks/results/h100/experiments/s31/ncu_alloc_modes_h100.txt;
+the 38.5% build ran 1.6% slower than the 6.6% one of the same kernel). With four warps per scheduler
+(kernel 20: 18% -> 11% under a register cap) the time did not change. The share predicts dispatch
+stalls, not the time: other stalls move with the allocation too, so measure."""
 import argparse
 import concurrent.futures as cf
 import fnmatch
