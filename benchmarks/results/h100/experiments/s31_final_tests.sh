@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Session 31, final code (= session 30's kernels, 33c93ec): build (sm_90a), every GPU test file, compute-sanitizer memcheck / racecheck /
+# synccheck of kernels 18, 21 and 22 (sanitize_run.py adds a multi-round grid for 21 and 22).
+set -u
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT/gpu_tests"
+export TORCH_CUDA_ARCH_LIST=9.0a MAX_JOBS=16 HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
+t0=$(date +%s)
+nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
+python3 -m pip install --no-build-isolation --no-deps -e . > "$OUT/gpu_tests/build.log" 2>&1 || { tail -30 "$OUT/gpu_tests/build.log"; exit 1; }
+echo "build $(( $(date +%s) - t0 )) s"
+for f in tests/test_*.py; do
+  name=$(basename "$f" .py)
+  timeout 280 python3 -m pytest -q -rf --no-header -p no:cacheprovider "$f" > "$OUT/gpu_tests/gpu_$name.txt" 2>&1
+  echo "$name rc=$? $(tail -1 "$OUT/gpu_tests/gpu_$name.txt") ($(( $(date +%s) - t0 )) s)"
+done
+for tool in memcheck racecheck synccheck; do
+  NMSPMM_SANITIZE_KERNELS=18,21,22 timeout 90 compute-sanitizer --tool $tool --print-limit 20 python3 tools/sanitize_run.py > "$OUT/gpu_tests/sanitizer_${tool}_s31.txt" 2>&1
+  echo "$tool rc=$? $(tail -1 "$OUT/gpu_tests/sanitizer_${tool}_s31.txt") ($(( $(date +%s) - t0 )) s)"
+done
+cd "$OUT" && tar czf gpu_tests.tgz gpu_tests && rm -rf gpu_tests
