@@ -39,7 +39,6 @@
 #include <cudaTypedefs.h>
 
 #include <cstdint>
-#include <cstdlib>
 
 #include "bulk_store.cuh"
 #include "launch_overlap.cuh"
@@ -144,7 +143,7 @@ __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
-template <class C, bool TAIL, bool HALF = false>
+template <class C, bool TAIL>
 __global__ void __launch_bounds__(C::THREADS, 1)
     spmm_producer_kernel(const SpmmParams p, const __grid_constant__ CUtensorMap tm_a,
                          const __grid_constant__ CUtensorMap tm_b) {
@@ -315,27 +314,19 @@ __global__ void __launch_bounds__(C::THREADS, 1)
       Frag fa, fb;
       int4 c = *reinterpret_cast<const int4*>(d);
       load_frag(fa, Bs, c.x, 0);
-      // Groups of 4 rows; 16-row stages run as two unrolled halves (half the code: fewer
-      // instruction-fetch stalls).
-      constexpr int G = WB / 4;
-      constexpr int GH = HALF && G % 2 == 0 && G >= 4 ? G / 2 : G;
-#pragma unroll 1
-      for (int h = 0; h < G / GH; ++h) {
 #pragma unroll
-        for (int gg = 0; gg < GH; ++gg) {
-          const int g = h * GH + gg;
-          const int4 nx = g + 1 < G ? *reinterpret_cast<const int4*>(d + 4 * (g + 1)) : c;
-          const int r = 4 * g;
-          load_frag(fb, Bs, c.y, r + 1);
-          fma_frag(fa);
-          load_frag(fa, Bs, c.z, r + 2);
-          fma_frag(fb);
-          load_frag(fb, Bs, c.w, r + 3);
-          fma_frag(fa);
-          if (g + 1 < G) load_frag(fa, Bs, nx.x, r + 4);
-          fma_frag(fb);
-          c = nx;
-        }
+      for (int g = 0; g < WB / 4; ++g) {
+        const int4 nx = g + 1 < WB / 4 ? *reinterpret_cast<const int4*>(d + 4 * (g + 1)) : c;
+        const int r = 4 * g;
+        load_frag(fb, Bs, c.y, r + 1);
+        fma_frag(fa);
+        load_frag(fa, Bs, c.z, r + 2);
+        fma_frag(fb);
+        load_frag(fb, Bs, c.w, r + 3);
+        fma_frag(fa);
+        if (g + 1 < WB / 4) load_frag(fa, Bs, nx.x, r + 4);
+        fma_frag(fb);
+        c = nx;
       }
     } else {
       // The split's last stage is partial (fewer compressed rows than WB: k % KB != 0).
@@ -455,7 +446,7 @@ inline bool encode_matrix(CUtensorMap* map, const float* base, int64_t rows, int
 // Refuses (cudaErrorInvalidValue) what it was not built for: compute capability < 9.0,
 // KB / M * N != WB, L < 32, cluster_reduce, unaligned values / xT / output, sizes past the tensor
 // copies' 32-bit coordinates, a tail larger than the grid.
-template <class C, bool TAIL, bool HALF>
+template <class C, bool TAIL>
 cudaError_t launch_producer_impl(const SpmmParams& p, cudaStream_t stream, int64_t tail) {
   static bool configured[kMaxDevices] = {};
   static int major[kMaxDevices] = {};
@@ -479,7 +470,7 @@ cudaError_t launch_producer_impl(const SpmmParams& p, cudaStream_t stream, int64
       reinterpret_cast<uintptr_t>(p.y) % 16 != 0 || reinterpret_cast<uintptr_t>(p.workspace) % 16 != 0)
     return cudaErrorInvalidValue;
   const cudaError_t err =
-      set_smem_limit_once(configured, spmm_producer_kernel<C, TAIL, HALF>, static_cast<int>(C::SMEM_BYTES));
+      set_smem_limit_once(configured, spmm_producer_kernel<C, TAIL>, static_cast<int>(C::SMEM_BYTES));
   if (err != cudaSuccess) return err;
   if (mt > 0x7fffffff || ntl > 65535 || p.split_k > 65535) return cudaErrorInvalidConfiguration;
   const int64_t grid_1d = mt * ntl + (tail_split ? tail * (p.split_k - 1) : 0);
@@ -502,11 +493,11 @@ cudaError_t launch_producer_impl(const SpmmParams& p, cudaStream_t stream, int64
   cfg.attrs = attr;
   cfg.numAttrs = p.dependent_launch ? 1 : 0;
   if constexpr (!TAIL) {
-    return cudaLaunchKernelEx(&cfg, spmm_producer_kernel<C, false, HALF>, p, tm_a, tm_b);
+    return cudaLaunchKernelEx(&cfg, spmm_producer_kernel<C, false>, p, tm_a, tm_b);
   } else {
     SpmmParams q = p;
     if (!tail_split) q.split_k = 1;  // the kernel then computes every tile whole
-    cudaError_t e = cudaLaunchKernelEx(&cfg, spmm_producer_kernel<C, true, HALF>, q, tm_a, tm_b);
+    cudaError_t e = cudaLaunchKernelEx(&cfg, spmm_producer_kernel<C, true>, q, tm_a, tm_b);
     if (e != cudaSuccess || !tail_split) return e;
     // The tail's reduction, launched (sm_90, overlap_launches) while the kernel's last blocks run.
     return launch_items_after(reduce_tail_tiles_kernel<C::BM, C::BN>, tail * (C::BM * C::BN / 4), p.overlap_launches,
@@ -515,20 +506,13 @@ cudaError_t launch_producer_impl(const SpmmParams& p, cudaStream_t stream, int64
   }
 }
 
-// Session-31 A/B: NMSPMM_HALF=1 (read per call) runs 16-row stages as two unrolled halves.
-inline bool producer_half_unroll() {
-  const char* e = std::getenv("NMSPMM_HALF");
-  return e != nullptr && e[0] == '1';
-}
 template <class C>
 cudaError_t launch_producer(const SpmmParams& p, cudaStream_t stream) {
-  return producer_half_unroll() ? launch_producer_impl<C, false, true>(p, stream, 0)
-                                : launch_producer_impl<C, false, false>(p, stream, 0);
+  return launch_producer_impl<C, false>(p, stream, 0);
 }
 template <class C>
 cudaError_t launch_producer_tail(const SpmmParams& p, cudaStream_t stream, int64_t tail_tiles) {
-  return producer_half_unroll() ? launch_producer_impl<C, true, true>(p, stream, tail_tiles)
-                                : launch_producer_impl<C, true, false>(p, stream, tail_tiles);
+  return launch_producer_impl<C, true>(p, stream, tail_tiles);
 }
 
 }  // namespace kernels
