@@ -1,7 +1,7 @@
 """How often a kernel's FFMAs read two operands from one register bank: a static check of ptxas's
 register allocation of the FFMA blocks (CPU only; nvcc and cuobjdump, CUOBJDUMP= if not on PATH).
 
-    python tools/ffma_banks.py                                  # every kernel file, sm_90a
+    python tools/ffma_banks.py                                  # every kernel file (sm_90a)
     python tools/ffma_banks.py --files 'spmm_producer*.cu' 'spmm_warp_packed_tm*.cu'
 
 For each function with at least --min-ffma FFMAs it prints the FFMA count and the share of FFMAs
@@ -21,12 +21,11 @@ import fnmatch
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-KDIR = os.path.join(ROOT, "csrc", "cuda", "kernels")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from sass_diff import KDIR, ROOT, sass_by_function  # noqa: E402
 
 
 def same_bank_share(ffmas):
@@ -40,15 +39,11 @@ def same_bank_share(ffmas):
     return hits / len(ffmas) if ffmas else 0.0
 
 
-def functions(name, out_dir, cuobjdump, arch):
-    cubin = os.path.join(out_dir, name + ".cubin")
-    subprocess.run(["nvcc", "-std=c++17", "-O3", f"-arch={arch}", "-cubin", name, "-o", cubin], cwd=KDIR,
-                   check=True, capture_output=True)
-    text = subprocess.run([cuobjdump, "-sass", cubin], check=True, capture_output=True, text=True).stdout
+def functions(name, out_dir, cuobjdump):
+    """(function, FFMA count, same-bank share) for one kernel file, compiled as tools/sass_diff.py does."""
     out = []
-    for chunk in text.split("Function : ")[1:]:
-        fn = chunk.split("\n", 1)[0].strip()
-        ffmas = [line for line in chunk.split("\n") if re.search(r"\bFFMA\b", line)]
+    for fn, (ins, _) in sass_by_function(ROOT, name, out_dir, cuobjdump).items():
+        ffmas = [line for line in ins if re.search(r"\bFFMA\b", line)]
         out.append((fn, len(ffmas), same_bank_share(ffmas)))
     return out
 
@@ -56,16 +51,15 @@ def functions(name, out_dir, cuobjdump, arch):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--files", nargs="+", default=["*.cu"], help="globs over csrc/cuda/kernels")
-    ap.add_argument("--arch", default="sm_90a")
     ap.add_argument("--min-ffma", type=int, default=200)
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     a = ap.parse_args()
     cuobjdump = os.environ.get("CUOBJDUMP") or shutil.which("cuobjdump")
     if not cuobjdump:
         sys.exit("cuobjdump not found: set CUOBJDUMP")
-    names = sorted(n for n in os.listdir(KDIR) if n.endswith(".cu") and any(fnmatch.fnmatch(n, g) for g in a.files))
+    names = sorted(n for n in os.listdir(os.path.join(ROOT, KDIR)) if n.endswith(".cu") and any(fnmatch.fnmatch(n, g) for g in a.files))
     with tempfile.TemporaryDirectory() as tmp, cf.ThreadPoolExecutor(max_workers=a.jobs) as ex:
-        jobs = {n: ex.submit(functions, n, tmp, cuobjdump, a.arch) for n in names}
+        jobs = {n: ex.submit(functions, n, tmp, cuobjdump) for n in names}
         for n, job in jobs.items():
             for fn, count, share in job.result():
                 if count >= a.min_ffma:
