@@ -551,6 +551,73 @@ def test_launch_during_transpose_bitwise_equals_plain_stream_order(tmp_path):
                                      NMSPMM_XT_OVERLAP="0")
 
 
+def _xt_numel(m, k, split_k, fused):
+    """Floats of the op's xT buffer (spmm_ops.cpp): k rows of round_up(m, 4), plus, for kernels 21 / 22
+    that transpose x themselves, rows for their progress counters (kernels/spmm.h)."""
+    ld = (m + 3) // 4 * 4
+    counters = math.ceil(m / 128) * max(split_k, 1)
+    return (k + (math.ceil(counters / ld) if fused else 0)) * ld
+
+
+@pytest.mark.parametrize("pattern", [(16, 32), (12, 32), (8, 32), (4, 32)], ids=lambda p: f"{p[0]}:{p[1]}")
+def test_fused_transpose_bitwise_equals_transpose_launch(pattern, monkeypatch):
+    # On sm_90 kernels 21 / 22 write xT themselves: the block of n-tile 0 of each m-tile transposes
+    # that m-tile's x slab over its k-range and counts its progress in a counter that the other blocks
+    # of the m-tile wait on (spmm_producer.cuh, FUSED). The output must match fp64 and be bit for bit
+    # that of the transpose launch (NMSPMM_XT_FUSED=0, read per call): one-block grids, single- and
+    # multi-round grids, splits (kernel 21: each split's own owner; kernel 22: the tail's owners whole
+    # tiles or tail splits), m, n and k tails (k % 128 = 32), a strided x (row stride % 4 == 0: fused;
+    # else the transpose launch), repeated calls and a CUDA-graph replay. xT and the counters come from
+    # NaN-poisoned memory: a block that read xT before its owner wrote it, or counters left unzeroed,
+    # would leave NaN in the output.
+    if not cluster_split():
+        pytest.skip("kernels 21 / 22 need sm_90")
+    N, M = pattern
+    cases = [(1, 512, 1056, 21, 1), (40, 2048, 1024, 21, 3), (300, 4640, 2048, 21, 1), (300, 4640, 2048, 22, 3),
+             (1000, 4640, 1056, 22, 5), (1000, 4640, 2048, 21, 7), (2100, 4640, 2048, 21, 2),
+             (2100, 4640, 1056, 22, 2), (129, 768, 4096, 21, 16)]
+    for m, n, k, kernel, split_k in cases:
+        w = large_weight(n, k, N, M)
+        values, indices, _, _, L, (cols, packed) = w.args()
+        for ldx in (k, k + 32, k + 2):
+            x = torch.randn(m, ldx, device=DEV)[:, :k]
+            ws = producer_tail_tiles(m, n) * split_k * 128 * 256 if kernel == 22 and split_k > 1 else \
+                (m * n * split_k if split_k > 1 else 0)
+            monkeypatch.delenv("NMSPMM_XT_FUSED", raising=False)
+            poison(m * n, ws, _xt_numel(m, k, split_k, True))
+            fused = ops.spmm_with_plan(x, values, indices, N, M, L, w.bias, cols, packed, kernel, split_k)
+            ref, scale = w.reference(x, w.bias)
+            check(fused, ref, scale)
+            again = ops.spmm_with_plan(x, values, indices, N, M, L, w.bias, cols, packed, kernel, split_k)
+            monkeypatch.setenv("NMSPMM_XT_FUSED", "0")
+            poison(m * n, ws, _xt_numel(m, k, split_k, False))
+            plain = ops.spmm_with_plan(x, values, indices, N, M, L, w.bias, cols, packed, kernel, split_k)
+            what = f"{N}:{M} m {m} n {n} k {k} ldx {ldx} kernel {kernel} split {split_k}"
+            assert torch.equal(fused, plain), f"{what}: fused transpose and transpose launch differ"
+            assert torch.equal(fused, again), f"{what}: repeated fused calls differ"
+        monkeypatch.delenv("NMSPMM_XT_FUSED", raising=False)
+    # A CUDA-graph replay of a fused multi-round call with new x (its counters are zeroed by the replay).
+    m, n, k = 2100, 4640, 2048
+    w = large_weight(n, k, N, M)
+    values, indices, _, _, L, (cols, packed) = w.args()
+    x = torch.randn(m, k, device=DEV)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        ops.spmm_with_plan(x, values, indices, N, M, L, w.bias, cols, packed, 21, 1)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        y = ops.spmm_with_plan(x, values, indices, N, M, L, w.bias, cols, packed, 21, 1)
+    for _ in range(2):
+        x.copy_(torch.randn(m, k, device=DEV))
+        g.replay()
+        torch.cuda.synchronize()
+        ref, scale = w.reference(x, w.bias)
+        check(y, ref, scale)
+        assert torch.equal(y, ops.spmm_with_plan(x, values, indices, N, M, L, w.bias, cols, packed, 21, 1))
+
+
 def test_chain_reads_previous_output():
     # One call's output is the next call's x: the next call's transpose (plain stream order) waits
     # for the previous SpMM, and its kernel (launched during that transpose) for it.
