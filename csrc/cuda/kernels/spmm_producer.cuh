@@ -183,7 +183,9 @@ __device__ __forceinline__ int wait_counter_at_least(const int* p, int need) {
 
 // Zeroes the fused transpose's progress counters before the kernel that uses them (launched with
 // programmatic dependent launch after this one: it waits for this grid before touching them).
-__global__ void zero_counters_kernel(int* __restrict__ c, int64_t n) {
+// (A template: this header is included by two translation units.)
+template <class T>
+__global__ void zero_counters_kernel(T* __restrict__ c, int64_t n) {
   allow_dependent_launch();
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
@@ -639,7 +641,7 @@ cudaError_t launch_producer_impl(const SpmmParams& p, cudaStream_t stream, int64
       return cudaErrorInvalidValue;
     counters = producer_xt_counters(p);
     const int64_t nc = producer_xt_counter_count(p.m, p.split_k);
-    zero_counters_kernel<<<1, 256, 0, stream>>>(counters, nc);
+    zero_counters_kernel<int><<<1, 256, 0, stream>>>(counters, nc);
     const cudaError_t ze = cudaGetLastError();
     if (ze != cudaSuccess) return ze;
   } else {
