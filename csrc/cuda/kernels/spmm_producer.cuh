@@ -221,6 +221,8 @@ __device__ __forceinline__ void fused_transpose_slab(const CUtensorMap* tm_x, fl
     mbar_wait(xbar + 8 * slot, (b / C::XB) & 1);
     const int64_t kx = k0 + 32 * static_cast<int64_t>(b);
     const uint32_t box = xbuf + slot * kBoxBytes;
+    float* const col0 = xt + kx * ldt + m0 + lane;  // this lane's column of the box's first xT row
+    const bool full = kx + 32 <= k;
 #pragma unroll 1
     for (int u = wi; u < 32; u += 3) {
       const int r = 32 * (u >> 3) + lane, c = u & 7;
@@ -228,13 +230,20 @@ __device__ __forceinline__ void fused_transpose_slab(const CUtensorMap* tm_x, fl
       asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
                    : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
                    : "r"(box + r * 128 + ((c ^ (r & 7)) << 4)));
-      const int64_t col = m0 + r, k4 = kx + 4 * c;
-      if (col < ldt) {
-        float* const dst = xt + k4 * ldt + col;
-        if (k4 < k) dst[0] = v.x;
-        if (k4 + 1 < k) dst[ldt] = v.y;
-        if (k4 + 2 < k) dst[2 * ldt] = v.z;
-        if (k4 + 3 < k) dst[3 * ldt] = v.w;
+      if (m0 + r < ldt) {
+        float* const dst = col0 + (r - lane) + 4 * c * ldt;
+        if (full) {
+          dst[0] = v.x;
+          dst[ldt] = v.y;
+          dst[2 * ldt] = v.z;
+          dst[3 * ldt] = v.w;
+        } else {
+          const int64_t k4 = kx + 4 * c;
+          if (k4 < k) dst[0] = v.x;
+          if (k4 + 1 < k) dst[ldt] = v.y;
+          if (k4 + 2 < k) dst[2 * ldt] = v.z;
+          if (k4 + 3 < k) dst[3 * ldt] = v.w;
+        }
       }
     }
     named_barrier_sync(2, 96);  // the box is read and its stores issued by all three warps
@@ -336,15 +345,8 @@ __global__ void __launch_bounds__(C::THREADS, 1)
 
   if (warp >= C::MATH_WARPS) {
     // ---------------- producer warpgroup (its first warp works) ----------------
-    if constexpr (FUSED) setmaxnreg_dec<48>(); else setmaxnreg_dec<40>();
-    if (warp != C::MATH_WARPS) {
-      if constexpr (FUSED) {
-        if (tile_n == 0)
-          fused_transpose_slab<C>(&tm_x, p.xt, p.ldxt, K_, m0, own_k0, own_k1, ready, smem_base,
-                                  tid - (C::MATH_THREADS + 32));
-      }
-      return;
-    }
+    setmaxnreg_dec<40>();
+    if (warp == C::MATH_WARPS) {
     const int64_t q = N_ / p.L;
     const int64_t vec0 = n0 / p.L;
     const int tile_off = static_cast<int>(n0 % p.L);
@@ -410,6 +412,13 @@ __global__ void __launch_bounds__(C::THREADS, 1)
       } else {
         mbar_arrive(bar);
       }
+    }
+    return;
+    }
+    if constexpr (FUSED) {
+      if (tile_n == 0)
+        fused_transpose_slab<C>(&tm_x, p.xt, p.ldxt, K_, m0, own_k0, own_k1, ready, smem_base,
+                                tid - (C::MATH_THREADS + 32));
     }
     return;
   }
