@@ -202,7 +202,7 @@ __global__ void zero_counters_kernel(T* __restrict__ c, int64_t n) {
 template <class C>
 __device__ __forceinline__ void fused_transpose_slab(const CUtensorMap* tm_x, float* xt, int64_t ldt, int64_t k,
                                                   int64_t m0, int64_t k0, int64_t k1, int* ready, uint32_t smem_base,
-                                                  int t) {
+                                                  int t, int fences) {
   const int lane = t & 31, wi = t >> 5;
   const uint32_t xbar = smem_base + static_cast<uint32_t>(C::XBAR_OFFSET);
   const uint32_t xbuf = (smem_base + static_cast<uint32_t>(C::XBUF_OFFSET) + 1023u) & ~1023u;
@@ -248,8 +248,8 @@ __device__ __forceinline__ void fused_transpose_slab(const CUtensorMap* tm_x, fl
     }
     named_barrier_sync(2, 96);  // the box is read and its stores issued by all three warps
     if (t == 0) {
-      __threadfence();
-      fence_proxy_async_global();
+      if (fences & 2) __threadfence();
+      if (fences & 1) fence_proxy_async_global();
       st_release_gpu(ready, b + 1);
       if (b + C::XB < nbox) {
         mbar_arrive_expect_tx(xbar + 8 * slot, kBoxBytes);
@@ -263,7 +263,7 @@ template <class C, bool TAIL, bool FUSED>
 __global__ void __launch_bounds__(C::THREADS, 1)
     spmm_producer_kernel(const SpmmParams p, const __grid_constant__ CUtensorMap tm_a,
                          const __grid_constant__ CUtensorMap tm_b, const __grid_constant__ CUtensorMap tm_x,
-                         int* const xt_ready) {
+                         int* const xt_ready, const int fences) {
   constexpr int KB = C::KB, WB = C::WB, BM = C::BM, BN = C::BN, STAGES = C::STAGES, QT = C::QT;
   extern __shared__ float4 smem_f4[];
   // Tensor copies need 128-byte aligned destinations.
@@ -403,7 +403,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)
           const int need = static_cast<int>((kneed - own_k0 + 31) / 32);
           if (have < need) {
             have = wait_counter_at_least(ready, need);
-            fence_proxy_async_global();
+            if (fences & 4) fence_proxy_async_global();
           }
         }
         mbar_arrive_expect_tx(bar, (C::A_FLOATS + C::B_FLOATS) * 4);
@@ -418,7 +418,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)
     if constexpr (FUSED) {
       if (tile_n == 0)
         fused_transpose_slab<C>(&tm_x, p.xt, p.ldxt, K_, m0, own_k0, own_k1, ready, smem_base,
-                                tid - (C::MATH_THREADS + 32));
+                                tid - (C::MATH_THREADS + 32), fences);
     }
     return;
   }
@@ -670,14 +670,14 @@ cudaError_t launch_producer_impl(const SpmmParams& p, cudaStream_t stream, int64
   cfg.attrs = attr;
   cfg.numAttrs = p.dependent_launch ? 1 : 0;
   if constexpr (!TAIL) {
-    return fused ? cudaLaunchKernelEx(&cfg, spmm_producer_kernel<C, false, true>, p, tm_a, tm_b, tm_x, counters)
-                 : cudaLaunchKernelEx(&cfg, spmm_producer_kernel<C, false, false>, p, tm_a, tm_b, tm_x, counters);
+    return fused ? cudaLaunchKernelEx(&cfg, spmm_producer_kernel<C, false, true>, p, tm_a, tm_b, tm_x, counters, p.xt_fence_mode)
+                 : cudaLaunchKernelEx(&cfg, spmm_producer_kernel<C, false, false>, p, tm_a, tm_b, tm_x, counters, p.xt_fence_mode);
   } else {
     SpmmParams q = p;
     if (!tail_split) q.split_k = 1;  // the kernel then computes every tile whole
     cudaError_t e = fused
-                        ? cudaLaunchKernelEx(&cfg, spmm_producer_kernel<C, true, true>, q, tm_a, tm_b, tm_x, counters)
-                        : cudaLaunchKernelEx(&cfg, spmm_producer_kernel<C, true, false>, q, tm_a, tm_b, tm_x, counters);
+                        ? cudaLaunchKernelEx(&cfg, spmm_producer_kernel<C, true, true>, q, tm_a, tm_b, tm_x, counters, p.xt_fence_mode)
+                        : cudaLaunchKernelEx(&cfg, spmm_producer_kernel<C, true, false>, q, tm_a, tm_b, tm_x, counters, p.xt_fence_mode);
     if (e != cudaSuccess || !tail_split) return e;
     // The tail's reduction, launched (sm_90, overlap_launches) while the kernel's last blocks run.
     return launch_items_after(reduce_tail_tiles_kernel<C::BM, C::BN>, tail * (C::BM * C::BN / 4), p.overlap_launches,
