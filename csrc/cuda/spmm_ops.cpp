@@ -97,10 +97,7 @@ bool xt_fused_enabled() {
   const char* e = std::getenv("NMSPMM_XT_FUSED");
   return e == nullptr || e[0] != '0';
 }
-int xt_fence_mode() {  // EXPERIMENT s33
-  const char* e = std::getenv("NMSPMM_XT_FUSED");
-  return e == nullptr ? 6 : std::atoi(e) - 1;
-}
+
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
@@ -253,7 +250,6 @@ at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const a
   p.bulk_store = clusters && bulk_store_enabled() && out % 4 == 0 && aligned16(p.y) &&
                  (p.workspace == nullptr || aligned16(p.workspace));
   p.xt_fused = xt_fused;
-  p.xt_fence_mode = static_cast<unsigned char>(xt_fence_mode() & 7);
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   // Without dependent launches (no clusters, or switched off) nothing starts early: no table.
   p.dependent_launch = false;

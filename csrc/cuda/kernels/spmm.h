@@ -56,7 +56,6 @@ struct SpmmParams {
   // it on compute capability 9.0+ (NMSPMM_XT_FUSED=0 turns it off, read per call: A/B only). In the
   // struct's tail padding (its size and the decode kernels' code unchanged).
   bool xt_fused;
-  unsigned char xt_fence_mode;  // EXPERIMENT s33: 1 writer proxy fence, 2 writer threadfence, 4 reader proxy fence
 };
 
 static_assert(sizeof(SpmmParams) == 128, "SpmmParams changed size: check the decode kernels' SASS (tools/sass_diff.py)");

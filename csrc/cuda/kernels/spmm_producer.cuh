@@ -154,13 +154,6 @@ __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
 }
 // The fused transpose's progress counters (release by the transposing block, acquire by the readers)
 // and the proxy fence that orders a reader's acquire before its tensor copies of what was released.
-__device__ __forceinline__ int ld_acquire_gpu(const int* p) {
-  int v = 0;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-#endif
-  return v;
-}
 __device__ __forceinline__ void st_release_gpu(int* p, int v) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
@@ -171,13 +164,24 @@ __device__ __forceinline__ void fence_proxy_async_global() {
   asm volatile("fence.proxy.async.global;\n" ::: "memory");
 #endif
 }
-// Spins until *p >= need (acquire); returns the value read.
+__device__ __forceinline__ int ld_relaxed_gpu(const int* p) {
+  int v = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+#endif
+  return v;
+}
+// Spins until *p >= need, then acquires (one fence: an acquire load per poll invalidates L1 each
+// time); returns the value read.
 __device__ __forceinline__ int wait_counter_at_least(const int* p, int need) {
-  int v = ld_acquire_gpu(p);
+  int v = ld_relaxed_gpu(p);
   while (v < need) {
     __nanosleep(64);
-    v = ld_acquire_gpu(p);
+    v = ld_relaxed_gpu(p);
   }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
+#endif
   return v;
 }
 
@@ -192,22 +196,26 @@ __global__ void zero_counters_kernel(T* __restrict__ c, int64_t n) {
     c[i] = 0;
 }
 
-// FUSED: the owner's transpose (three warps, t = 0..95 across them): box b = x[m0 : m0 + BM]
+// FUSED: the owner's transpose (three warps, t = 0..95 across them). Box b = x[m0 : m0 + BM]
 // [k0 + 32 b : + 32] arrives by tensor copy (rows past m and columns past k zero-filled), 128-byte
-// swizzled: 16-byte chunk c of row r sits at chunk c ^ (r % 8), so eight lanes reading one chunk of
-// eight rows hit distinct banks. Lane l of a work unit (g, c) reads row r = 32 g + l, inputs
-// 4c..4c+3, and stores them to xT column m0 + r (32 lanes: one 128-byte segment per input). After
-// each box the count of boxes done is released to `ready`. Not inlined: kept out of the kernel body
-// (inlined, it moved ptxas's register allocation of the math warps' FFMAs: tools/ffma_banks.py).
+// swizzled: 16-byte chunk c of row r sits at chunk c ^ (r % 8). Lane l owns rows 4l..4l+3; at step s
+// (warp wi takes s = wi, wi + 3, wi + 6) it reads chunk c = (s + l / 2) % 8 of its four rows (four
+// 16-byte loads; the lane-dependent chunk keeps each quarter warp on eight distinct bank groups),
+// transposes the 4 x 4 block in registers and stores four 16-byte pieces, xT[k0 + 32 b + 4c + j]
+// [m0 + 4l : + 4] (four loads and four stores per lane and step, 16 elements: the first version, one
+// 16-byte load and four 4-byte stores per 4 elements, issued 6x more instructions than the math warps
+// left it room for and starved the readers). After each box the count of boxes done is released to
+// `ready` (the next box's copy is issued first).
 template <class C>
 __device__ __forceinline__ void fused_transpose_slab(const CUtensorMap* tm_x, float* xt, int64_t ldt, int64_t k,
-                                                  int64_t m0, int64_t k0, int64_t k1, int* ready, uint32_t smem_base,
-                                                  int t, int fences) {
+                                                     int64_t m0, int64_t k0, int64_t k1, int* ready,
+                                                     uint32_t smem_base, int t) {
   const int lane = t & 31, wi = t >> 5;
   const uint32_t xbar = smem_base + static_cast<uint32_t>(C::XBAR_OFFSET);
   const uint32_t xbuf = (smem_base + static_cast<uint32_t>(C::XBUF_OFFSET) + 1023u) & ~1023u;
   constexpr uint32_t kBoxBytes = C::XBOX_FLOATS * 4;
   const int nbox = static_cast<int>((k1 - k0 + 31) / 32);
+  const bool cols_ok = m0 + 4 * lane < ldt;  // ldt % 4 == 0: the lane's 4 columns are all in or all out
   grid_dependency_wait();  // x, and the zeroed counters, are written by the launches before
   if (t == 0) {
     for (int b = 0; b < C::XB && b < nbox; ++b) {
@@ -220,41 +228,39 @@ __device__ __forceinline__ void fused_transpose_slab(const CUtensorMap* tm_x, fl
     const int slot = b % C::XB;
     mbar_wait(xbar + 8 * slot, (b / C::XB) & 1);
     const int64_t kx = k0 + 32 * static_cast<int64_t>(b);
-    const uint32_t box = xbuf + slot * kBoxBytes;
-    float* const col0 = xt + kx * ldt + m0 + lane;  // this lane's column of the box's first xT row
+    const uint32_t rows = xbuf + slot * kBoxBytes + lane * 4 * 128;  // row 4l of the box
+    float* const col = xt + kx * ldt + m0 + 4 * lane;
     const bool full = kx + 32 <= k;
 #pragma unroll 1
-    for (int u = wi; u < 32; u += 3) {
-      const int r = 32 * (u >> 3) + lane, c = u & 7;
-      float4 v;
-      asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
-                   : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-                   : "r"(box + r * 128 + ((c ^ (r & 7)) << 4)));
-      if (m0 + r < ldt) {
-        float* const dst = col0 + (r - lane) + 4 * c * ldt;
-        if (full) {
-          dst[0] = v.x;
-          dst[ldt] = v.y;
-          dst[2 * ldt] = v.z;
-          dst[3 * ldt] = v.w;
-        } else {
-          const int64_t k4 = kx + 4 * c;
-          if (k4 < k) dst[0] = v.x;
-          if (k4 + 1 < k) dst[ldt] = v.y;
-          if (k4 + 2 < k) dst[2 * ldt] = v.z;
-          if (k4 + 3 < k) dst[3 * ldt] = v.w;
-        }
+    for (int st = wi; st < 8; st += 3) {
+      const int c = (st + (lane >> 1)) & 7;
+      float v[4][4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int r = 4 * lane + i;
+        asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                     : "=f"(v[i][0]), "=f"(v[i][1]), "=f"(v[i][2]), "=f"(v[i][3])
+                     : "r"(rows + i * 128 + ((c ^ (r & 7)) << 4)));
+      }
+      if (cols_ok) {
+        float* dst = col + 4 * c * ldt;
+        const int64_t left = k - (kx + 4 * c);  // rows of xT left from dst's (>= 4 in a whole box)
+#pragma unroll
+        for (int j = 0; j < 4; ++j, dst += ldt)
+          if (full || j < left)
+            asm volatile("st.global.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(dst), "f"(v[0][j]), "f"(v[1][j]),
+                         "f"(v[2][j]), "f"(v[3][j])
+                         : "memory");
       }
     }
     named_barrier_sync(2, 96);  // the box is read and its stores issued by all three warps
     if (t == 0) {
-      if (fences & 2) __threadfence();
-      if (fences & 1) fence_proxy_async_global();
-      st_release_gpu(ready, b + 1);
       if (b + C::XB < nbox) {
         mbar_arrive_expect_tx(xbar + 8 * slot, kBoxBytes);
-        tensor_load_2d(box, tm_x, static_cast<int>(kx + 32 * C::XB), static_cast<int>(m0), xbar + 8 * slot);
+        tensor_load_2d(xbuf + slot * kBoxBytes, tm_x, static_cast<int>(kx + 32 * C::XB), static_cast<int>(m0),
+                       xbar + 8 * slot);
       }
+      st_release_gpu(ready, b + 1);
     }
   }
 }
@@ -263,7 +269,7 @@ template <class C, bool TAIL, bool FUSED>
 __global__ void __launch_bounds__(C::THREADS, 1)
     spmm_producer_kernel(const SpmmParams p, const __grid_constant__ CUtensorMap tm_a,
                          const __grid_constant__ CUtensorMap tm_b, const __grid_constant__ CUtensorMap tm_x,
-                         int* const xt_ready, const int fences) {
+                         int* const xt_ready) {
   constexpr int KB = C::KB, WB = C::WB, BM = C::BM, BN = C::BN, STAGES = C::STAGES, QT = C::QT;
   extern __shared__ float4 smem_f4[];
   // Tensor copies need 128-byte aligned destinations.
@@ -403,7 +409,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)
           const int need = static_cast<int>((kneed - own_k0 + 31) / 32);
           if (have < need) {
             have = wait_counter_at_least(ready, need);
-            if (fences & 4) fence_proxy_async_global();
+            fence_proxy_async_global();
           }
         }
         mbar_arrive_expect_tx(bar, (C::A_FLOATS + C::B_FLOATS) * 4);
@@ -418,7 +424,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)
     if constexpr (FUSED) {
       if (tile_n == 0)
         fused_transpose_slab<C>(&tm_x, p.xt, p.ldxt, K_, m0, own_k0, own_k1, ready, smem_base,
-                                tid - (C::MATH_THREADS + 32), fences);
+                                tid - (C::MATH_THREADS + 32));
     }
     return;
   }
@@ -670,14 +676,14 @@ cudaError_t launch_producer_impl(const SpmmParams& p, cudaStream_t stream, int64
   cfg.attrs = attr;
   cfg.numAttrs = p.dependent_launch ? 1 : 0;
   if constexpr (!TAIL) {
-    return fused ? cudaLaunchKernelEx(&cfg, spmm_producer_kernel<C, false, true>, p, tm_a, tm_b, tm_x, counters, p.xt_fence_mode)
-                 : cudaLaunchKernelEx(&cfg, spmm_producer_kernel<C, false, false>, p, tm_a, tm_b, tm_x, counters, p.xt_fence_mode);
+    return fused ? cudaLaunchKernelEx(&cfg, spmm_producer_kernel<C, false, true>, p, tm_a, tm_b, tm_x, counters)
+                 : cudaLaunchKernelEx(&cfg, spmm_producer_kernel<C, false, false>, p, tm_a, tm_b, tm_x, counters);
   } else {
     SpmmParams q = p;
     if (!tail_split) q.split_k = 1;  // the kernel then computes every tile whole
     cudaError_t e = fused
-                        ? cudaLaunchKernelEx(&cfg, spmm_producer_kernel<C, true, true>, q, tm_a, tm_b, tm_x, counters, p.xt_fence_mode)
-                        : cudaLaunchKernelEx(&cfg, spmm_producer_kernel<C, true, false>, q, tm_a, tm_b, tm_x, counters, p.xt_fence_mode);
+                        ? cudaLaunchKernelEx(&cfg, spmm_producer_kernel<C, true, true>, q, tm_a, tm_b, tm_x, counters)
+                        : cudaLaunchKernelEx(&cfg, spmm_producer_kernel<C, true, false>, q, tm_a, tm_b, tm_x, counters);
     if (e != cudaSuccess || !tail_split) return e;
     // The tail's reduction, launched (sm_90, overlap_launches) while the kernel's last blocks run.
     return launch_items_after(reduce_tail_tiles_kernel<C::BM, C::BN>, tail * (C::BM * C::BN / 4), p.overlap_launches,

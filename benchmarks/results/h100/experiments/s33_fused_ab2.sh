@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# Session 33: which fence makes the fused transpose slow. NMSPMM_XT_FUSED = 0 (transpose launch) or
-# 1 + mode (bits: 1 writer proxy fence, 2 writer __threadfence, 4 reader proxy fence; experiment build).
+# Session 33: second transposer (4x4 register blocks, 16-byte stores), relaxed polling; NMSPMM_XT_FUSED = 0 (transpose launch) or
+# 1 (fused).
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export TORCH_CUDA_ARCH_LIST=9.0a MAX_JOBS=16 PYTHONUNBUFFERED=1
 t0=$(date +%s)
 python3 -m pip install --no-build-isolation --no-deps -e . > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
 echo "build $(( $(date +%s) - t0 )) s"
-timeout 200 python3 tools/ab_variants_flushed.py --env NMSPMM_XT_FUSED --variants 0,7,8,3,1 --ms 256,4096 --Ns 16,4 \
+timeout 200 python3 tools/ab_variants_flushed.py --env NMSPMM_XT_FUSED --variants 0,1 --ms 256,1024,4096 --Ns 16,12,8,4 \
   --plans auto --large-plans auto --cube --out "$OUT" > "$OUT/ab_fence.txt" 2>&1
 echo "ab rc=$? ($(( $(date +%s) - t0 )) s)"
 grep -E "m=" "$OUT/ab_fence.txt"; grep -E "4096x 4096x 4096|  256x 4096x 4096" "$OUT/ab_fence.txt"
