@@ -90,15 +90,6 @@ bool bulk_store_enabled() {
   return enabled;
 }
 
-// NMSPMM_XT_FUSED=0 (read per call, so an A/B can switch it between calls) gives kernels 21 / 22
-// the x transpose launch before them instead of their own transpose (SpmmParams::xt_fused). An A/B
-// switch, not a tuning knob.
-bool xt_fused_enabled() {
-  const char* e = std::getenv("NMSPMM_XT_FUSED");
-  return e == nullptr || e[0] != '0';
-}
-
-
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // What the last SpMM launch on each stream wrote (y and the split-K workspace), so that a decode
@@ -220,11 +211,8 @@ at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const a
     workspace = at::empty({producer_tail_workspace_floats(m, out, plan.split_k, device.sms)}, y.options());
   else if (plan_uses_workspace(plan.kernel, plan.split_k, cluster_split))
     workspace = at::empty({plan.split_k, m, out}, y.options());
-  // Kernels 21 / 22 that transpose x themselves keep their progress counters after xT's k rows.
-  const bool xt_fused = clusters && is_producer_kernel(plan.kernel) && xt_fused_enabled();
   if (kernel_reads_xt(plan.kernel))
-    xt = at::empty({in + (xt_fused ? kernels::producer_xt_extra_rows(m, plan.split_k) : 0), kernels::tiled_xt_ld(m)},
-                   y.options());
+    xt = at::empty({in, kernels::tiled_xt_ld(m)}, y.options());
 
   kernels::SpmmParams p{};
   p.x = x2.data_ptr<float>();
@@ -249,7 +237,6 @@ at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const a
   // y and the workspace come from the caching allocator (aligned); rows need n % 4 == 0.
   p.bulk_store = clusters && bulk_store_enabled() && out % 4 == 0 && aligned16(p.y) &&
                  (p.workspace == nullptr || aligned16(p.workspace));
-  p.xt_fused = xt_fused;
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   // Without dependent launches (no clusters, or switched off) nothing starts early: no table.
   p.dependent_launch = false;

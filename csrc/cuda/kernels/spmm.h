@@ -49,34 +49,12 @@ struct SpmmParams {
   // (bulk_store.cuh), instead of 2 x TM dependent 16-byte stores per thread. Needs n % 4 == 0 and
   // 16-byte aligned y / workspace; the binding sets it on compute capability 9.0+.
   bool bulk_store;
-  // sm_90 kernels 21 / 22 (the warp-specialized kernel): no transpose launch; the kernel writes xT
-  // itself, each m-tile's slab once, by the block of its n-tile 0, and the other blocks wait for it
-  // (spmm_producer.cuh, FUSED). xT then needs producer_xt_extra_rows more rows for its progress
-  // counters. Takes effect where x allows its tensor copies (producer_fuses_transpose). The binding sets
-  // it on compute capability 9.0+ (NMSPMM_XT_FUSED=0 turns it off, read per call: A/B only). In the
-  // struct's tail padding (its size and the decode kernels' code unchanged).
-  bool xt_fused;
 };
 
 static_assert(sizeof(SpmmParams) == 128, "SpmmParams changed size: check the decode kernels' SASS (tools/sass_diff.py)");
 
 // Row length of the k-major copy of x that the tiled and packed kernels read.
 inline int64_t tiled_xt_ld(int64_t m) { return (m + 3) / 4 * 4; }
-
-// Kernels 21 / 22 with xt_fused: one progress counter per (split, 128-row m-tile), stored as int32
-// after the k rows of xT, which the binding allocates with this many more rows.
-inline int64_t producer_xt_counter_count(int64_t m, int split_k) { return (m + 127) / 128 * (split_k > 1 ? split_k : 1); }
-inline int64_t producer_xt_extra_rows(int64_t m, int split_k) {
-  const int64_t ld = tiled_xt_ld(m);
-  return (producer_xt_counter_count(m, split_k) + ld - 1) / ld;
-}
-inline int* producer_xt_counters(const SpmmParams& p) { return reinterpret_cast<int*>(p.xt + p.k * p.ldxt); }
-// Whether kernels 21 / 22 transpose x themselves: xt_fused and x fit for tensor copies (16-byte
-// aligned base and row stride).
-inline bool producer_fuses_transpose(const SpmmParams& p) {
-  return p.xt_fused && p.x != nullptr && reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && p.ldx % 4 == 0 &&
-         p.ldx * 4 < (int64_t{1} << 40);
-}
 
 // Runs kernel `kernel` (a KernelId from csrc/dispatch.h) with p.split_k splits of k.
 // Returns cudaErrorInvalidValue for a kernel that cannot run this pattern, else the launch status.

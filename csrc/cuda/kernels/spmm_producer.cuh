@@ -69,22 +69,12 @@ struct ProducerConfig {
   static constexpr size_t TILE_BYTES = static_cast<size_t>(BM) * (BN + 4) * sizeof(float);
   static constexpr size_t BAR_OFFSET = ((PIPE_BYTES > TILE_BYTES ? PIPE_BYTES : TILE_BYTES) + 15) / 16 * 16;
   static constexpr size_t SMEM_BYTES = BAR_OFFSET + 2 * STAGES * sizeof(uint64_t) + 128;  // + alignment
-  // FUSED (the x transpose inside the kernel, below): XB boxes of row-major x, [BM rows][32 inputs]
-  // each, 128-byte swizzled (1024-byte aligned), after XB more mbarriers.
-  static constexpr int XB = 3;
-  static constexpr int XBOX_FLOATS = 32 * BM;
-  static constexpr size_t XBAR_OFFSET = BAR_OFFSET + 2 * STAGES * sizeof(uint64_t);
-  static constexpr size_t XBUF_OFFSET = XBAR_OFFSET + XB * sizeof(uint64_t);
-  static constexpr size_t SMEM_BYTES_FUSED =
-      XBUF_OFFSET + 1024 + static_cast<size_t>(XB) * XBOX_FLOATS * sizeof(float) + 128;  // + alignments
   static_assert(WB % 4 == 0 && WB >= 4 && WB <= 32 && WB <= KB, "WB must be a multiple of 4 in [4, min(32, KB)]");
   static_assert(KB % 32 == 0 && KB <= 256, "KB must be a multiple of 32 in [32, 256] (a tensor-copy box has at most 256 rows)");
   static_assert(MATH_WARPS % 4 == 0, "the producer warpgroup must be warpgroup-aligned");
   static_assert(BM <= 256 && BN <= 256, "tensor-copy boxes are at most 256 elements wide");
   static_assert(STAGE_FLOATS % 4 == 0, "stages must stay 16-byte aligned");
   static_assert(STAGES >= 2, "at least double buffering");
-  static_assert(BM == 128, "the fused transpose's work split assumes 128-row m-tiles");
-  static_assert(SMEM_BYTES_FUSED <= 227 * 1024, "the fused variant must fit one block per SM");
 };
 
 // ---- mbarrier and bulk-copy wrappers (sm_90; the launcher refuses older devices) ----
@@ -152,124 +142,11 @@ __device__ __forceinline__ void tensor_load_2d(uint32_t dst, const CUtensorMap* 
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
-// The fused transpose's progress counters (release by the transposing block, acquire by the readers)
-// and the proxy fence that orders a reader's acquire before its tensor copies of what was released.
-__device__ __forceinline__ void st_release_gpu(int* p, int v) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
-#endif
-}
-__device__ __forceinline__ void fence_proxy_async_global() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("fence.proxy.async.global;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ int ld_relaxed_gpu(const int* p) {
-  int v = 0;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-#endif
-  return v;
-}
-// Spins until *p >= need, then acquires (one fence: an acquire load per poll invalidates L1 each
-// time); returns the value read.
-__device__ __forceinline__ int wait_counter_at_least(const int* p, int need) {
-  int v = ld_relaxed_gpu(p);
-  while (v < need) {
-    __nanosleep(64);
-    v = ld_relaxed_gpu(p);
-  }
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
-#endif
-  return v;
-}
 
-// Zeroes the fused transpose's progress counters before the kernel that uses them (launched with
-// programmatic dependent launch after this one: it waits for this grid before touching them).
-// (A template: this header is included by two translation units.)
-template <class T>
-__global__ void zero_counters_kernel(T* __restrict__ c, int64_t n) {
-  allow_dependent_launch();
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    c[i] = 0;
-}
-
-// FUSED: the owner's transpose (three warps, t = 0..95 across them). Box b = x[m0 : m0 + BM]
-// [k0 + 32 b : + 32] arrives by tensor copy (rows past m and columns past k zero-filled), 128-byte
-// swizzled: 16-byte chunk c of row r sits at chunk c ^ (r % 8). Lane l owns rows 4l..4l+3; at step s
-// (warp wi takes s = wi, wi + 3, wi + 6) it reads chunk c = (s + l / 2) % 8 of its four rows (four
-// 16-byte loads; the lane-dependent chunk keeps each quarter warp on eight distinct bank groups),
-// transposes the 4 x 4 block in registers and stores four 16-byte pieces, xT[k0 + 32 b + 4c + j]
-// [m0 + 4l : + 4] (four loads and four stores per lane and step, 16 elements: the first version, one
-// 16-byte load and four 4-byte stores per 4 elements, issued 6x more instructions than the math warps
-// left it room for and starved the readers). After each box the count of boxes done is released to
-// `ready` (the next box's copy is issued first).
-template <class C>
-__device__ __forceinline__ void fused_transpose_slab(const CUtensorMap* tm_x, float* xt, int64_t ldt, int64_t k,
-                                                     int64_t m0, int64_t k0, int64_t k1, int* ready,
-                                                     uint32_t smem_base, int t) {
-  const int lane = t & 31, wi = t >> 5;
-  const uint32_t xbar = smem_base + static_cast<uint32_t>(C::XBAR_OFFSET);
-  const uint32_t xbuf = (smem_base + static_cast<uint32_t>(C::XBUF_OFFSET) + 1023u) & ~1023u;
-  constexpr uint32_t kBoxBytes = C::XBOX_FLOATS * 4;
-  const int nbox = static_cast<int>((k1 - k0 + 31) / 32);
-  const bool cols_ok = m0 + 4 * lane < ldt;  // ldt % 4 == 0: the lane's 4 columns are all in or all out
-  grid_dependency_wait();  // x, and the zeroed counters, are written by the launches before
-  if (t == 0) {
-    for (int b = 0; b < C::XB && b < nbox; ++b) {
-      mbar_arrive_expect_tx(xbar + 8 * b, kBoxBytes);
-      tensor_load_2d(xbuf + b * kBoxBytes, tm_x, static_cast<int>(k0 + 32 * b), static_cast<int>(m0), xbar + 8 * b);
-    }
-  }
-#pragma unroll 1
-  for (int b = 0; b < nbox; ++b) {
-    const int slot = b % C::XB;
-    mbar_wait(xbar + 8 * slot, (b / C::XB) & 1);
-    const int64_t kx = k0 + 32 * static_cast<int64_t>(b);
-    const uint32_t rows = xbuf + slot * kBoxBytes + lane * 4 * 128;  // row 4l of the box
-    float* const col = xt + kx * ldt + m0 + 4 * lane;
-    const bool full = kx + 32 <= k;
-#pragma unroll 1
-    for (int st = wi; st < 8; st += 3) {
-      const int c = (st + (lane >> 1)) & 7;
-      float v[4][4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int r = 4 * lane + i;
-        asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
-                     : "=f"(v[i][0]), "=f"(v[i][1]), "=f"(v[i][2]), "=f"(v[i][3])
-                     : "r"(rows + i * 128 + ((c ^ (r & 7)) << 4)));
-      }
-      if (cols_ok) {
-        float* dst = col + 4 * c * ldt;
-        const int64_t left = k - (kx + 4 * c);  // rows of xT left from dst's (>= 4 in a whole box)
-#pragma unroll
-        for (int j = 0; j < 4; ++j, dst += ldt)
-          if (full || j < left)
-            asm volatile("st.global.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(dst), "f"(v[0][j]), "f"(v[1][j]),
-                         "f"(v[2][j]), "f"(v[3][j])
-                         : "memory");
-      }
-    }
-    named_barrier_sync(2, 96);  // the box is read and its stores issued by all three warps
-    if (t == 0) {
-      if (b + C::XB < nbox) {
-        mbar_arrive_expect_tx(xbar + 8 * slot, kBoxBytes);
-        tensor_load_2d(xbuf + slot * kBoxBytes, tm_x, static_cast<int>(kx + 32 * C::XB), static_cast<int>(m0),
-                       xbar + 8 * slot);
-      }
-      st_release_gpu(ready, b + 1);
-    }
-  }
-}
-
-template <class C, bool TAIL, bool FUSED>
+template <class C, bool TAIL>
 __global__ void __launch_bounds__(C::THREADS, 1)
     spmm_producer_kernel(const SpmmParams p, const __grid_constant__ CUtensorMap tm_a,
-                         const __grid_constant__ CUtensorMap tm_b, const __grid_constant__ CUtensorMap tm_x,
-                         int* const xt_ready) {
+                         const __grid_constant__ CUtensorMap tm_b) {
   constexpr int KB = C::KB, WB = C::WB, BM = C::BM, BN = C::BN, STAGES = C::STAGES, QT = C::QT;
   extern __shared__ float4 smem_f4[];
   // Tensor copies need 128-byte aligned destinations.
@@ -284,9 +161,9 @@ __global__ void __launch_bounds__(C::THREADS, 1)
   // This block's tile, split and split count; tail_slot >= 0: a split of the tail's tile tail_slot.
   int64_t tile_m, tile_n, z, tail = 0, tail_slot = -1;
   int splits;
-  const int64_t mt = (M_ + BM - 1) / BM;
-  const int64_t tiles = mt * ((N_ + BN - 1) / BN);
   if constexpr (TAIL) {
+    const int64_t mt = (M_ + BM - 1) / BM;
+    const int64_t tiles = mt * ((N_ + BN - 1) / BN);
     // The launcher sizes the grid tiles + tail x (split_k - 1).
     tail = p.split_k > 1 ? (static_cast<int64_t>(gridDim.x) - tiles) / (p.split_k - 1) : 0;
     int64_t t = blockIdx.x;
@@ -314,36 +191,12 @@ __global__ void __launch_bounds__(C::THREADS, 1)
   const int64_t kb_end = kblocks * (z + 1) / splits;
   const int nk = static_cast<int>(kb_end - kb_begin);
   const int64_t w = K_ / p.M * p.N;  // compressed rows
-  // FUSED: no transpose launch before the kernel. The block of n-tile 0 of each m-tile (its "owner",
-  // the lowest-numbered block that reads this m-tile's x slab over its k-range) writes the slab's
-  // k-major copy into xT itself, with the three idle warps of its producer warpgroup, 32 inputs at a
-  // time, and counts the inputs done in xt_ready[split][m-tile] (release); every block of the m-tile,
-  // the owner included, waits there (acquire) before its tensor copy of an xT slab. A block waits only
-  // on a lower-numbered one. In kernel 22 a tail tile's owner is the whole tile (mt, 0) where that
-  // tile is whole (over all of k), else its own split of the tail tile (mt, 0).
-  int* ready = nullptr;
-  int64_t own_k0 = 0, own_k1 = 0;
-  if constexpr (FUSED) {
-    int64_t oz = z, okb0 = kb_begin, okb1 = kb_end;
-    if (TAIL && tail_slot >= 0 && tile_m < tiles - tail) {
-      oz = 0;
-      okb0 = 0;
-      okb1 = kblocks;
-    }
-    ready = xt_ready + oz * mt + tile_m;
-    own_k0 = okb0 * KB;
-    own_k1 = okb1 * KB < K_ ? okb1 * KB : K_;
-  }
 
   if (tid == 0) {
 #pragma unroll
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(full_bar + 8 * s, 32);
       mbar_init(empty_bar + 8 * s, C::MATH_THREADS);
-    }
-    if constexpr (FUSED) {
-#pragma unroll
-      for (int b = 0; b < C::XB; ++b) mbar_init(smem_base + static_cast<uint32_t>(C::XBAR_OFFSET) + 8 * b, 1);
     }
     mbar_init_fence();
   }
@@ -352,7 +205,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)
   if (warp >= C::MATH_WARPS) {
     // ---------------- producer warpgroup (its first warp works) ----------------
     setmaxnreg_dec<40>();
-    if (warp == C::MATH_WARPS) {
+    if (warp != C::MATH_WARPS) return;
     const int64_t q = N_ / p.L;
     const int64_t vec0 = n0 / p.L;
     const int tile_off = static_cast<int>(n0 % p.L);
@@ -380,9 +233,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)
         raw[d] = (s < nk && d_ok[d] && u0 + d_row[d] < w) ? __ldg(d_src[d] + u0 * q) : 0;
     };
     fetch(0);
-    grid_dependency_wait();  // xT is written by the transpose launched just before (FUSED: the counters zeroed)
-    int have = 0;  // FUSED: the owner's count last read
-    (void)have;
+    grid_dependency_wait();  // xT is written by the transpose launched just before
 #pragma unroll 1
     for (int s = 0; s < nk; ++s) {
       const int slot = s % STAGES;
@@ -403,28 +254,12 @@ __global__ void __launch_bounds__(C::THREADS, 1)
       // the transaction bytes); every lane's arrival releases its D_s stores.
       const uint32_t bar = full_bar + 8 * slot;
       if (lane == 0) {
-        if constexpr (FUSED) {
-          // The owner has written xT for its inputs [own_k0, own_k0 + 32 * count).
-          const int64_t kneed = k0 + KB < own_k1 ? k0 + KB : own_k1;
-          const int need = static_cast<int>((kneed - own_k0 + 31) / 32);
-          if (have < need) {
-            have = wait_counter_at_least(ready, need);
-            fence_proxy_async_global();
-          }
-        }
         mbar_arrive_expect_tx(bar, (C::A_FLOATS + C::B_FLOATS) * 4);
         tensor_load_2d(stage, &tm_a, static_cast<int>(m0), static_cast<int>(k0), bar);
         tensor_load_2d(stage + C::A_FLOATS * 4, &tm_b, static_cast<int>(n0), static_cast<int>(u0), bar);
       } else {
         mbar_arrive(bar);
       }
-    }
-    return;
-    }
-    if constexpr (FUSED) {
-      if (tile_n == 0)
-        fused_transpose_slab<C>(&tm_x, p.xt, p.ldxt, K_, m0, own_k0, own_k1, ready, smem_base,
-                                tid - (C::MATH_THREADS + 32));
     }
     return;
   }
@@ -595,7 +430,7 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 // A row-major fp32 matrix [rows, cols] (row stride ld floats) as a tensor map of box_rows x box_cols
 // boxes, out-of-bounds elements zero-filled.
 inline bool encode_matrix(CUtensorMap* map, const float* base, int64_t rows, int64_t cols, int64_t ld,
-                          int box_rows, int box_cols, CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_NONE) {
+                          int box_rows, int box_cols) {
   const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
   if (encode == nullptr) return false;
   const cuuint64_t dim[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
@@ -603,7 +438,7 @@ inline bool encode_matrix(CUtensorMap* map, const float* base, int64_t rows, int
   const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(box_rows)};
   const cuuint32_t unit[2] = {1, 1};
   return encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, const_cast<float*>(base), dim, stride, box, unit,
-                CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
@@ -634,39 +469,21 @@ cudaError_t launch_producer_impl(const SpmmParams& p, cudaStream_t stream, int64
   if (reinterpret_cast<uintptr_t>(p.values) % 16 != 0 || reinterpret_cast<uintptr_t>(p.xt) % 16 != 0 ||
       reinterpret_cast<uintptr_t>(p.y) % 16 != 0 || reinterpret_cast<uintptr_t>(p.workspace) % 16 != 0)
     return cudaErrorInvalidValue;
-  // FUSED: the transpose runs inside the kernel (producer_fuses_transpose; launch_spmm then launched
-  // no transpose), after a launch that zeroes its progress counters (xT's tail, producer_xt_counters).
-  const bool fused = producer_fuses_transpose(p);
-  static bool configured_fused[kMaxDevices] = {};
   const cudaError_t err =
-      fused ? set_smem_limit_once(configured_fused, spmm_producer_kernel<C, TAIL, true>,
-                                  static_cast<int>(C::SMEM_BYTES_FUSED))
-            : set_smem_limit_once(configured, spmm_producer_kernel<C, TAIL, false>, static_cast<int>(C::SMEM_BYTES));
+      set_smem_limit_once(configured, spmm_producer_kernel<C, TAIL>, static_cast<int>(C::SMEM_BYTES));
   if (err != cudaSuccess) return err;
   if (mt > 0x7fffffff || ntl > 65535 || p.split_k > 65535) return cudaErrorInvalidConfiguration;
   const int64_t grid_1d = mt * ntl + (tail_split ? tail * (p.split_k - 1) : 0);
   if (TAIL && grid_1d > 0x7fffffff) return cudaErrorInvalidConfiguration;
-  CUtensorMap tm_a, tm_b, tm_x;  // xT [k, ldxt] in KB x BM boxes, values [w, n] in WB x BN boxes
+  CUtensorMap tm_a, tm_b;  // xT [k, ldxt] in KB x BM boxes, values [w, n] in WB x BN boxes
   if (!encode_matrix(&tm_a, p.xt, p.k, p.ldxt, p.ldxt, C::KB, C::BM) ||
       !encode_matrix(&tm_b, p.values, w, p.n, p.n, C::WB, C::BN))
     return cudaErrorInvalidValue;
-  int* counters = nullptr;
-  if (fused) {  // x [m, k] (row stride ldx) in BM x 32 boxes, 128-byte swizzled
-    if (!encode_matrix(&tm_x, p.x, p.m, p.k, p.ldx, C::BM, 32, CU_TENSOR_MAP_SWIZZLE_128B))
-      return cudaErrorInvalidValue;
-    counters = producer_xt_counters(p);
-    const int64_t nc = producer_xt_counter_count(p.m, p.split_k);
-    zero_counters_kernel<int><<<1, 256, 0, stream>>>(counters, nc);
-    const cudaError_t ze = cudaGetLastError();
-    if (ze != cudaSuccess) return ze;
-  } else {
-    tm_x = tm_a;  // unused
-  }
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = TAIL ? dim3(static_cast<unsigned>(grid_1d), 1, 1)
                      : dim3(static_cast<unsigned>(mt), static_cast<unsigned>(ntl), static_cast<unsigned>(p.split_k));
   cfg.blockDim = dim3(C::THREADS, 1, 1);
-  cfg.dynamicSmemBytes = fused ? C::SMEM_BYTES_FUSED : C::SMEM_BYTES;  // one block per SM: no padding
+  cfg.dynamicSmemBytes = C::SMEM_BYTES;  // one block per SM: no padding needed under dependent launch
   cfg.stream = stream;
   // Launched during the x transpose (p.dependent_launch): the producer waits for it before its first
   // tensor copy; the math warps read only shared memory and write y.
@@ -676,14 +493,11 @@ cudaError_t launch_producer_impl(const SpmmParams& p, cudaStream_t stream, int64
   cfg.attrs = attr;
   cfg.numAttrs = p.dependent_launch ? 1 : 0;
   if constexpr (!TAIL) {
-    return fused ? cudaLaunchKernelEx(&cfg, spmm_producer_kernel<C, false, true>, p, tm_a, tm_b, tm_x, counters)
-                 : cudaLaunchKernelEx(&cfg, spmm_producer_kernel<C, false, false>, p, tm_a, tm_b, tm_x, counters);
+    return cudaLaunchKernelEx(&cfg, spmm_producer_kernel<C, false>, p, tm_a, tm_b);
   } else {
     SpmmParams q = p;
     if (!tail_split) q.split_k = 1;  // the kernel then computes every tile whole
-    cudaError_t e = fused
-                        ? cudaLaunchKernelEx(&cfg, spmm_producer_kernel<C, true, true>, q, tm_a, tm_b, tm_x, counters)
-                        : cudaLaunchKernelEx(&cfg, spmm_producer_kernel<C, true, false>, q, tm_a, tm_b, tm_x, counters);
+    cudaError_t e = cudaLaunchKernelEx(&cfg, spmm_producer_kernel<C, true>, q, tm_a, tm_b);
     if (e != cudaSuccess || !tail_split) return e;
     // The tail's reduction, launched (sm_90, overlap_launches) while the kernel's last blocks run.
     return launch_items_after(reduce_tail_tiles_kernel<C::BM, C::BN>, tail * (C::BM * C::BN / 4), p.overlap_launches,

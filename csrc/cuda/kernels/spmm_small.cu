@@ -362,8 +362,7 @@ cudaError_t launch_spmm(const SpmmParams& p, int kernel, cudaStream_t stream) {
   if ((is_tiled_kernel(kernel) || is_packed_kernel(kernel)) && p.L < 16) return cudaErrorInvalidValue;
   if (p.m == 0 || p.n == 0) return cudaSuccess;
   cudaError_t err = cudaSuccess;
-  // Kernels 21 / 22 transpose x themselves where they can (SpmmParams::xt_fused).
-  if (kernel_reads_xt(kernel) && !(is_producer_kernel(kernel) && producer_fuses_transpose(p))) {
+  if (kernel_reads_xt(kernel)) {
     err = launch_transpose_x(p, stream);
     if (err != cudaSuccess) return err;
   }
