@@ -12,4 +12,4 @@ echo "tests rc=$? $(tail -1 "$OUT/tests_fused4.txt") ($(( $(date +%s) - t0 )) s)
 timeout 200 python3 tools/ab_variants_flushed.py --env NMSPMM_XT_FUSED --variants 0,1 --ms 256,1024,4096 --Ns 16,12,8,4 \
   --plans auto --large-plans auto --cube --out "$OUT" > "$OUT/ab_fused4.txt" 2>&1
 echo "ab rc=$? ($(( $(date +%s) - t0 )) s)"
-grep -E "m=" "$OUT/ab_fused4.txt"; grep -E "4096x 4096x 4096|  256x 4096x 4096" "$OUT/ab_fused2.txt"
+grep -E "m=" "$OUT/ab_fused4.txt"; grep -E "4096x 4096x 4096|  256x 4096x 4096" "$OUT/ab_fused4.txt"
