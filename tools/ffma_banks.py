@@ -14,7 +14,11 @@ in the kernel had 6.6%, 9.1% and 38.5% of such FFMAs, and ncu at 4096^3 16:32 pu
 of the warp samples in dispatch stalls (benchmarks/results/h100/experiments/s31/ncu_alloc_modes_h100.txt;
 the 38.5% build ran 1.6% slower than the 6.6% one of the same kernel). With four warps per scheduler
 (kernel 20: 18% -> 11% under a register cap) the time did not change. The share predicts dispatch
-stalls, not the time: other stalls move with the allocation too, so measure."""
+stalls, not the time: other stalls move with the allocation too, so measure.
+
+Session 33 (docs/kernels.md): in kernel 21, divergent code that the producer warpgroup's idle warps run
+right after setmaxnreg.dec, before the producer's 64-bit divisions, moved the FFMA block from 9.1% to
+38.2%; computing those divisions in all four warps before the warp split moved it back."""
 import argparse
 import concurrent.futures as cf
 import fnmatch
