@@ -49,20 +49,9 @@ struct SpmmParams {
   // (bulk_store.cuh), instead of 2 x TM dependent 16-byte stores per thread. Needs n % 4 == 0 and
   // 16-byte aligned y / workspace; the binding sets it on compute capability 9.0+.
   bool bulk_store;
-  // EXPERIMENT (session 34): kernels 21 / 22 copy row-major x by tensor copy and read it m-major,
-  // without the x transpose launch (launch_spmm decides with producer_xrow_supported). In the
-  // struct's tail padding: its size and every other field's offset stay as they were.
-  bool producer_xrow;
 };
 
 static_assert(sizeof(SpmmParams) == 128, "SpmmParams changed size: check the decode kernels' SASS (tools/sass_diff.py)");
-
-// Whether kernels 21 / 22 can copy x by tensor copy: 16-byte aligned rows, sizes within its 32-bit
-// coordinates and 40-bit strides.
-inline bool producer_xrow_supported(const SpmmParams& p) {
-  return reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && p.ldx % 4 == 0 && p.ldx < (int64_t{1} << 37) &&
-         p.m <= 0x7fffffff && p.k <= 0x7fffffff;
-}
 
 // Row length of the k-major copy of x that the tiled and packed kernels read.
 inline int64_t tiled_xt_ld(int64_t m) { return (m + 3) / 4 * 4; }

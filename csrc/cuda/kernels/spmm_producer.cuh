@@ -77,24 +77,6 @@ struct ProducerConfig {
   static_assert(STAGES >= 2, "at least double buffering");
 };
 
-// EXPERIMENT (session 34): kernel 21 reading row-major x itself (no x transpose launch). A stage's
-// A_s is KB / 32 tensor-copy boxes of x[m0 : m0 + 128][k0 + 32 b : + 32], 128-byte swizzled (16-byte
-// chunk c of row r at chunk c ^ (r % 8)), so every box and stage must start 1024-byte aligned: D_s is
-// padded to 1 KB. The math warps then read A as m-major scalars (8 m x 16 n thread tiles).
-template <class C>
-struct XrowConfig : C {
-  static constexpr int D_FLOATS = 256;
-  static constexpr int STAGE_FLOATS = C::A_FLOATS + C::B_FLOATS + D_FLOATS;
-  static constexpr size_t PIPE_BYTES = static_cast<size_t>(C::STAGES) * STAGE_FLOATS * sizeof(float);
-  static constexpr size_t BAR_OFFSET =
-      ((PIPE_BYTES > C::TILE_BYTES ? PIPE_BYTES : C::TILE_BYTES) + 15) / 16 * 16;
-  static constexpr size_t SMEM_BYTES = BAR_OFFSET + 2 * C::STAGES * sizeof(uint64_t) + 1024;  // + alignment
-  static_assert(C::QT * C::WB <= D_FLOATS, "D_s must fit its padded slot");
-  static_assert((STAGE_FLOATS * 4) % 1024 == 0 && (C::A_FLOATS * 4) % 1024 == 0, "swizzled boxes need 1 KB alignment");
-  static_assert(C::WARPS_M == 1 && C::BM == 128, "the row-major x math maps 16 lanes x 8 rows onto 128 rows");
-  static_assert(SMEM_BYTES <= 227 * 1024, "one block per SM");
-};
-
 // ---- mbarrier and bulk-copy wrappers (sm_90; the launcher refuses older devices) ----
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -161,16 +143,15 @@ __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
-template <class C, bool TAIL, bool XROW = false>
+template <class C, bool TAIL>
 __global__ void __launch_bounds__(C::THREADS, 1)
     spmm_producer_kernel(const SpmmParams p, const __grid_constant__ CUtensorMap tm_a,
                          const __grid_constant__ CUtensorMap tm_b) {
   constexpr int KB = C::KB, WB = C::WB, BM = C::BM, BN = C::BN, STAGES = C::STAGES, QT = C::QT;
   extern __shared__ float4 smem_f4[];
-  // Tensor copies need 128-byte aligned destinations (XROW: 1024-byte, for the swizzled boxes).
+  // Tensor copies need 128-byte aligned destinations.
   const uint32_t raw_base = smem_addr(smem_f4);
-  float* const smem = reinterpret_cast<float*>(smem_f4) + (XROW ? (((1024 - (raw_base & 1023)) & 1023) / 4)
-                                                                : (((128 - (raw_base & 127)) & 127) / 4));
+  float* const smem = reinterpret_cast<float*>(smem_f4) + (((128 - (raw_base & 127)) & 127) / 4);
   const uint32_t smem_base = smem_addr(smem);
   const uint32_t full_bar = smem_base + static_cast<uint32_t>(C::BAR_OFFSET);
   const uint32_t empty_bar = full_bar + 8 * STAGES;
@@ -263,16 +244,8 @@ __global__ void __launch_bounds__(C::THREADS, 1)
       for (int d = 0; d < C::D_PER_LANE; ++d) {
         const int e = lane + 32 * d;
         // Slot-major: Ds[slot * WB + row] = byte offset of the A_s row from the start of shared memory.
-        if constexpr (XROW) {
-          // Input krow of the stage lies in box krow / 32, at byte (krow % 32) * 4 of its (unswizzled) row.
-          const int krow = d_win[d] + raw[d];
-          if (e < QT * WB)
-            Ds[(e % QT) * WB + d_row[d]] =
-                static_cast<int>(slot * C::STAGE_FLOATS * 4) + (krow >> 5) * (BM * 128) + (krow & 31) * 4;
-        } else {
-          if (e < QT * WB)
-            Ds[(e % QT) * WB + d_row[d]] = static_cast<int>(slot * C::STAGE_FLOATS + (d_win[d] + raw[d]) * BM) * 4;
-        }
+        if (e < QT * WB)
+          Ds[(e % QT) * WB + d_row[d]] = static_cast<int>(slot * C::STAGE_FLOATS + (d_win[d] + raw[d]) * BM) * 4;
       }
       fetch(s + 1);  // the next stage's index bytes land while this one computes
       const int64_t k0 = (kb_begin + s) * KB;
@@ -282,13 +255,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)
       const uint32_t bar = full_bar + 8 * slot;
       if (lane == 0) {
         mbar_arrive_expect_tx(bar, (C::A_FLOATS + C::B_FLOATS) * 4);
-        if constexpr (XROW) {
-#pragma unroll
-          for (int b = 0; b < KB / 32; ++b)
-            tensor_load_2d(stage + b * (BM * 128), &tm_a, static_cast<int>(k0 + 32 * b), static_cast<int>(m0), bar);
-        } else {
-          tensor_load_2d(stage, &tm_a, static_cast<int>(m0), static_cast<int>(k0), bar);
-        }
+        tensor_load_2d(stage, &tm_a, static_cast<int>(m0), static_cast<int>(k0), bar);
         tensor_load_2d(stage + C::A_FLOATS * 4, &tm_b, static_cast<int>(n0), static_cast<int>(u0), bar);
       } else {
         mbar_arrive(bar);
@@ -299,114 +266,6 @@ __global__ void __launch_bounds__(C::THREADS, 1)
 
   // ---------------- math warps ----------------
   setmaxnreg_inc<232>();
-  if constexpr (XROW) {
-    // A_s is m-major (row-major x boxes): lane t = lane % 16 owns rows t + 16 j (j < 8) of the tile,
-    // whose swizzle (row % 8 = t % 8) is the same for all eight, so a row offset from D_s is XORed
-    // once per compressed row and the eight loads sit at immediate offsets 2048 j; lane half h =
-    // lane / 16 owns columns 16 h .. 16 h + 15 of the warp's 32 (one vector).
-    const int wn = warp;
-    const int t = lane & 15, h = lane >> 4;
-    const uint32_t sx = static_cast<uint32_t>(t & 7) << 4;
-    const char* const a_thread = reinterpret_cast<const char*>(smem) + t * 128;
-    const int tj = wn * 32 + h * 16;
-    float acc[8][16];
-#pragma unroll
-    for (int i = 0; i < 8; ++i)
-#pragma unroll
-      for (int j = 0; j < 16; ++j) acc[i][j] = 0.f;
-    struct FragX {
-      float a[8];
-      float b[16];
-    };
-    auto load_frag = [&](FragX& f, const float* Bs, int o, int r) {
-      const char* const a = a_thread + (static_cast<uint32_t>(o) ^ sx);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) f.a[j] = *reinterpret_cast<const float*>(a + 2048 * j);
-#pragma unroll
-      for (int g = 0; g < 4; ++g) {
-        const float4 v = *reinterpret_cast<const float4*>(Bs + r * BN + tj + 4 * g);
-        f.b[4 * g] = v.x; f.b[4 * g + 1] = v.y; f.b[4 * g + 2] = v.z; f.b[4 * g + 3] = v.w;
-      }
-    };
-    auto fma_frag = [&](const FragX& f) {
-#pragma unroll
-      for (int i = 0; i < 8; ++i)
-#pragma unroll
-        for (int j = 0; j < 16; ++j) acc[i][j] = fmaf(f.a[i], f.b[j], acc[i][j]);
-    };
-    const int64_t u_begin = kb_begin * WB;
-#pragma unroll 1
-    for (int s = 0; s < nk; ++s) {
-      const int slot = s % STAGES;
-      mbar_wait(full_bar + 8 * slot, (s / STAGES) & 1);
-      const float* const Bs = smem + slot * C::STAGE_FLOATS + C::A_FLOATS;
-      const int* const d = reinterpret_cast<const int*>(Bs + C::B_FLOATS) + wn * WB;
-      const int64_t left = w - (u_begin + static_cast<int64_t>(s) * WB);
-      if (left >= WB) {
-        FragX fa, fb;
-        int4 c = *reinterpret_cast<const int4*>(d);
-        load_frag(fa, Bs, c.x, 0);
-#pragma unroll
-        for (int g = 0; g < WB / 4; ++g) {
-          const int4 nx = g + 1 < WB / 4 ? *reinterpret_cast<const int4*>(d + 4 * (g + 1)) : c;
-          const int r = 4 * g;
-          load_frag(fb, Bs, c.y, r + 1);
-          fma_frag(fa);
-          load_frag(fa, Bs, c.z, r + 2);
-          fma_frag(fb);
-          load_frag(fb, Bs, c.w, r + 3);
-          fma_frag(fa);
-          if (g + 1 < WB / 4) load_frag(fa, Bs, nx.x, r + 4);
-          fma_frag(fb);
-          c = nx;
-        }
-      } else {
-#pragma unroll 1
-        for (int r = 0; r < left; ++r) {
-          FragX f;
-          load_frag(f, Bs, d[r], r);
-          fma_frag(f);
-        }
-      }
-      mbar_arrive(empty_bar + 8 * slot);
-    }
-    allow_dependent_launch();
-    named_barrier_sync(1, C::MATH_THREADS);
-    const bool split = splits > 1;
-    constexpr int CS = BN + 4;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const int r = t + 16 * i;
-#pragma unroll
-      for (int g = 0; g < 4; ++g) {
-        const int c = tj + 4 * g;
-        float4 v = make_float4(acc[i][4 * g], acc[i][4 * g + 1], acc[i][4 * g + 2], acc[i][4 * g + 3]);
-        if (!split && p.bias != nullptr && n0 + c < N_) {
-          const float4 bb = *reinterpret_cast<const float4*>(p.bias + n0 + c);
-          v.x += bb.x; v.y += bb.y; v.z += bb.z; v.w += bb.w;
-        }
-        *reinterpret_cast<float4*>(smem + r * CS + c) = v;
-      }
-    }
-    bulk_store_fence();
-    named_barrier_sync(1, C::MATH_THREADS);
-    float* out;
-    int64_t ld, cols;
-    if (TAIL && split) {
-      out = p.workspace + (z * tail + tail_slot) * BM * BN;
-      ld = BN;
-      cols = BN;
-    } else {
-      out = (split ? p.workspace + z * M_ * N_ : p.y) + m0 * N_ + n0;
-      ld = N_;
-      cols = N_ - n0 < BN ? N_ - n0 : BN;
-    }
-    for (int r = tid; r < BM; r += C::MATH_THREADS) {
-      if (m0 + r < M_) bulk_store_row(out + r * ld, smem + r * CS, static_cast<uint32_t>(cols * 4));
-    }
-    bulk_store_commit_and_wait_read();
-    return;
-  }
   const int wm = warp / C::WARPS_N, wn = warp % C::WARPS_N;
   // Paired lanes: lanes 2i and 2i+1 share their A address and lanes i and i^2 their B address.
   const int ml = (lane >> 1) & 7;
@@ -571,7 +430,7 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 // A row-major fp32 matrix [rows, cols] (row stride ld floats) as a tensor map of box_rows x box_cols
 // boxes, out-of-bounds elements zero-filled.
 inline bool encode_matrix(CUtensorMap* map, const float* base, int64_t rows, int64_t cols, int64_t ld,
-                          int box_rows, int box_cols, CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_NONE) {
+                          int box_rows, int box_cols) {
   const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
   if (encode == nullptr) return false;
   const cuuint64_t dim[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
@@ -579,7 +438,7 @@ inline bool encode_matrix(CUtensorMap* map, const float* base, int64_t rows, int
   const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(box_rows)};
   const cuuint32_t unit[2] = {1, 1};
   return encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, const_cast<float*>(base), dim, stride, box, unit,
-                CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
@@ -597,12 +456,9 @@ cudaError_t launch_producer_impl(const SpmmParams& p, cudaStream_t stream, int64
     return cudaErrorInvalidDevice;
   const int64_t w = p.k / p.M * p.N;
   constexpr int64_t kMaxCoord = 0x7fffffff;
-  // EXPERIMENT (session 34): p.producer_xrow reads row-major x (launch_spmm then launched no transpose).
-  const bool xrow = p.producer_xrow;
   if (major[dev] < 9 || p.M > C::KB || C::KB % p.M != 0 || C::KB / p.M * p.N != C::WB || p.L < 32 ||
-      p.n % 32 != 0 || p.cluster_reduce || p.n > kMaxCoord || p.k > kMaxCoord || w > kMaxCoord)
-    return cudaErrorInvalidValue;
-  if (xrow ? !producer_xrow_supported(p) : (p.xt == nullptr || p.ldxt % 4 != 0 || p.ldxt > kMaxCoord))
+      p.n % 32 != 0 || p.cluster_reduce || p.xt == nullptr || p.ldxt % 4 != 0 || p.ldxt > kMaxCoord ||
+      p.n > kMaxCoord || p.k > kMaxCoord || w > kMaxCoord)
     return cudaErrorInvalidValue;
   const int64_t mt = (p.m + C::BM - 1) / C::BM, ntl = (p.n + C::BN - 1) / C::BN;
   // Kernel 22 without a split or without a tail is kernel 21 with split 1.
@@ -610,28 +466,24 @@ cudaError_t launch_producer_impl(const SpmmParams& p, cudaStream_t stream, int64
   if (TAIL && (tail < 0 || tail > mt * ntl)) return cudaErrorInvalidValue;
   const bool to_workspace = TAIL ? tail_split : p.split_k > 1;
   if (to_workspace && p.workspace == nullptr) return cudaErrorInvalidValue;
-  if (reinterpret_cast<uintptr_t>(p.values) % 16 != 0 || (!xrow && reinterpret_cast<uintptr_t>(p.xt) % 16 != 0) ||
+  if (reinterpret_cast<uintptr_t>(p.values) % 16 != 0 || reinterpret_cast<uintptr_t>(p.xt) % 16 != 0 ||
       reinterpret_cast<uintptr_t>(p.y) % 16 != 0 || reinterpret_cast<uintptr_t>(p.workspace) % 16 != 0)
     return cudaErrorInvalidValue;
-  using CX = XrowConfig<C>;
-  static bool configured_xrow[kMaxDevices] = {};
   const cudaError_t err =
-      xrow ? set_smem_limit_once(configured_xrow, spmm_producer_kernel<CX, TAIL, true>, static_cast<int>(CX::SMEM_BYTES))
-           : set_smem_limit_once(configured, spmm_producer_kernel<C, TAIL>, static_cast<int>(C::SMEM_BYTES));
+      set_smem_limit_once(configured, spmm_producer_kernel<C, TAIL>, static_cast<int>(C::SMEM_BYTES));
   if (err != cudaSuccess) return err;
   if (mt > 0x7fffffff || ntl > 65535 || p.split_k > 65535) return cudaErrorInvalidConfiguration;
   const int64_t grid_1d = mt * ntl + (tail_split ? tail * (p.split_k - 1) : 0);
   if (TAIL && grid_1d > 0x7fffffff) return cudaErrorInvalidConfiguration;
-  CUtensorMap tm_a, tm_b;  // xT [k, ldxt] in KB x BM boxes (XROW: x [m, k] in BM x 32 swizzled boxes),
-                           // values [w, n] in WB x BN boxes
-  const bool a_ok = xrow ? encode_matrix(&tm_a, p.x, p.m, p.k, p.ldx, C::BM, 32, CU_TENSOR_MAP_SWIZZLE_128B)
-                         : encode_matrix(&tm_a, p.xt, p.k, p.ldxt, p.ldxt, C::KB, C::BM);
-  if (!a_ok || !encode_matrix(&tm_b, p.values, w, p.n, p.n, C::WB, C::BN)) return cudaErrorInvalidValue;
+  CUtensorMap tm_a, tm_b;  // xT [k, ldxt] in KB x BM boxes, values [w, n] in WB x BN boxes
+  if (!encode_matrix(&tm_a, p.xt, p.k, p.ldxt, p.ldxt, C::KB, C::BM) ||
+      !encode_matrix(&tm_b, p.values, w, p.n, p.n, C::WB, C::BN))
+    return cudaErrorInvalidValue;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = TAIL ? dim3(static_cast<unsigned>(grid_1d), 1, 1)
                      : dim3(static_cast<unsigned>(mt), static_cast<unsigned>(ntl), static_cast<unsigned>(p.split_k));
   cfg.blockDim = dim3(C::THREADS, 1, 1);
-  cfg.dynamicSmemBytes = xrow ? CX::SMEM_BYTES : C::SMEM_BYTES;  // one block per SM: no padding needed
+  cfg.dynamicSmemBytes = C::SMEM_BYTES;  // one block per SM: no padding needed under dependent launch
   cfg.stream = stream;
   // Launched during the x transpose (p.dependent_launch): the producer waits for it before its first
   // tensor copy; the math warps read only shared memory and write y.
@@ -641,13 +493,11 @@ cudaError_t launch_producer_impl(const SpmmParams& p, cudaStream_t stream, int64
   cfg.attrs = attr;
   cfg.numAttrs = p.dependent_launch ? 1 : 0;
   if constexpr (!TAIL) {
-    return xrow ? cudaLaunchKernelEx(&cfg, spmm_producer_kernel<CX, false, true>, p, tm_a, tm_b)
-                : cudaLaunchKernelEx(&cfg, spmm_producer_kernel<C, false>, p, tm_a, tm_b);
+    return cudaLaunchKernelEx(&cfg, spmm_producer_kernel<C, false>, p, tm_a, tm_b);
   } else {
     SpmmParams q = p;
     if (!tail_split) q.split_k = 1;  // the kernel then computes every tile whole
-    cudaError_t e = xrow ? cudaLaunchKernelEx(&cfg, spmm_producer_kernel<CX, true, true>, q, tm_a, tm_b)
-                         : cudaLaunchKernelEx(&cfg, spmm_producer_kernel<C, true>, q, tm_a, tm_b);
+    cudaError_t e = cudaLaunchKernelEx(&cfg, spmm_producer_kernel<C, true>, q, tm_a, tm_b);
     if (e != cudaSuccess || !tail_split) return e;
     // The tail's reduction, launched (sm_90, overlap_launches) while the kernel's last blocks run.
     return launch_items_after(reduce_tail_tiles_kernel<C::BM, C::BN>, tail * (C::BM * C::BN / 4), p.overlap_launches,

@@ -362,12 +362,7 @@ cudaError_t launch_spmm(const SpmmParams& p, int kernel, cudaStream_t stream) {
   if ((is_tiled_kernel(kernel) || is_packed_kernel(kernel)) && p.L < 16) return cudaErrorInvalidValue;
   if (p.m == 0 || p.n == 0) return cudaSuccess;
   cudaError_t err = cudaSuccess;
-  // EXPERIMENT (session 34): kernels 21 / 22 on row-major x, no transpose; launched in plain stream
-  // order (nothing runs before them in this call).
-  SpmmParams px = p;
-  px.producer_xrow = p.producer_xrow && is_producer_kernel(kernel) && producer_xrow_supported(p);
-  if (px.producer_xrow) px.dependent_launch = false;
-  if (kernel_reads_xt(kernel) && !px.producer_xrow) {
+  if (kernel_reads_xt(kernel)) {
     err = launch_transpose_x(p, stream);
     if (err != cudaSuccess) return err;
   }
@@ -407,8 +402,8 @@ cudaError_t launch_spmm(const SpmmParams& p, int kernel, cudaStream_t stream) {
     case kWarpPacked128x128: err = launch_warp_packed<WarpPacked128x128>(p, stream); break;
     case kWarpPacked64x128: err = launch_warp_packed<WarpPacked64x128>(p, stream); break;
     case kWarpPacked32x128: err = launch_warp_packed<WarpPacked32x128>(p, stream); break;
-    case kProducer128x256: err = launch_producer_any(px, stream); break;
-    case kProducerTail128x256: err = launch_producer_tail_any(px, stream); break;
+    case kProducer128x256: err = launch_producer_any(p, stream); break;
+    case kProducerTail128x256: err = launch_producer_tail_any(p, stream); break;
     default: return cudaErrorInvalidValue;
   }
   if (err != cudaSuccess || !uses_split) return err;
