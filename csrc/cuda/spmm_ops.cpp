@@ -90,13 +90,6 @@ bool bulk_store_enabled() {
   return enabled;
 }
 
-// EXPERIMENT (session 34): NMSPMM_TSTORE=1 (read per call, for an A/B) has kernels 21 / 22 write
-// their tiles by tensor stores (SpmmParams::producer_tstore).
-bool tstore_enabled() {
-  const char* e = std::getenv("NMSPMM_TSTORE");
-  return e != nullptr && e[0] == '1';
-}
-
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // What the last SpMM launch on each stream wrote (y and the split-K workspace), so that a decode
@@ -258,7 +251,6 @@ at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const a
   if (is_warp_packed_kernel(plan.kernel) || is_tiled_kernel(plan.kernel) || is_packed_kernel(plan.kernel) ||
       is_producer_kernel(plan.kernel))
     p.dependent_launch = p.overlap_launches && xt_overlap_enabled();
-  p.producer_tstore = is_producer_kernel(plan.kernel) && tstore_enabled();
   const cudaError_t err = kernels::launch_spmm(p, plan.kernel, stream);
   TORCH_CHECK(err == cudaSuccess, "nmspmm.spmm: kernel ", plan.kernel, " (split_k=", plan.split_k,
               ") failed for m=", m, " n=", out, " k=", in, ": ", cudaGetErrorString(err));

@@ -49,9 +49,6 @@ struct SpmmParams {
   // (bulk_store.cuh), instead of 2 x TM dependent 16-byte stores per thread. Needs n % 4 == 0 and
   // 16-byte aligned y / workspace; the binding sets it on compute capability 9.0+.
   bool bulk_store;
-  // EXPERIMENT (session 34): kernels 21 / 22 write their tile by tensor stores (in the struct's tail
-  // padding: its size and every other field's offset stay as they were).
-  bool producer_tstore;
 };
 
 static_assert(sizeof(SpmmParams) == 128, "SpmmParams changed size: check the decode kernels' SASS (tools/sass_diff.py)");

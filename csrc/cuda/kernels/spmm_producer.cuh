@@ -77,16 +77,6 @@ struct ProducerConfig {
   static_assert(STAGES >= 2, "at least double buffering");
 };
 
-// EXPERIMENT (session 34): the epilogue writes the tile by tensor stores: BN / 32 boxes of [BM rows][32
-// columns], 128-byte swizzled, staged from shared memory offset 0 (1024-byte aligned: the base is aligned
-// to 1 KB, hence the larger slack), one thread issuing BN / 32 stores instead of BM row copies.
-template <class C>
-struct TstoreConfig : C {
-  static constexpr size_t SMEM_BYTES = C::BAR_OFFSET + 2 * C::STAGES * sizeof(uint64_t) + 1024;
-  static_assert(C::BAR_OFFSET >= static_cast<size_t>(C::BM) * C::BN * sizeof(float), "the staged tile must fit");
-  static_assert(SMEM_BYTES <= 227 * 1024, "one block per SM");
-};
-
 // ---- mbarrier and bulk-copy wrappers (sm_90; the launcher refuses older devices) ----
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -149,38 +139,19 @@ __device__ __forceinline__ void tensor_load_2d(uint32_t dst, const CUtensorMap* 
       : "memory");
 #endif
 }
-// Tensor stores of one shared-memory box (bulk-group completion; out-of-bounds elements are not written).
-__device__ __forceinline__ void tensor_store_2d(const CUtensorMap* tmap, uint32_t src, int c0, int c1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"(
-                   reinterpret_cast<uint64_t>(tmap)),
-               "r"(c0), "r"(c1), "r"(src)
-               : "memory");
-#endif
-}
-__device__ __forceinline__ void tensor_store_3d(const CUtensorMap* tmap, uint32_t src, int c0, int c1, int c2) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%1, %2, %3}], [%4];\n" ::"l"(
-                   reinterpret_cast<uint64_t>(tmap)),
-               "r"(c0), "r"(c1), "r"(c2), "r"(src)
-               : "memory");
-#endif
-}
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
-template <class C, bool TAIL, bool TSTORE = false>
+template <class C, bool TAIL>
 __global__ void __launch_bounds__(C::THREADS, 1)
     spmm_producer_kernel(const SpmmParams p, const __grid_constant__ CUtensorMap tm_a,
-                         const __grid_constant__ CUtensorMap tm_b, const __grid_constant__ CUtensorMap tm_y,
-                         const __grid_constant__ CUtensorMap tm_ws) {
+                         const __grid_constant__ CUtensorMap tm_b) {
   constexpr int KB = C::KB, WB = C::WB, BM = C::BM, BN = C::BN, STAGES = C::STAGES, QT = C::QT;
   extern __shared__ float4 smem_f4[];
-  // Tensor copies need 128-byte aligned destinations (TSTORE: 1024-byte, for the swizzled boxes).
+  // Tensor copies need 128-byte aligned destinations.
   const uint32_t raw_base = smem_addr(smem_f4);
-  float* const smem = reinterpret_cast<float*>(smem_f4) + (TSTORE ? (((1024 - (raw_base & 1023)) & 1023) / 4)
-                                                                  : (((128 - (raw_base & 127)) & 127) / 4));
+  float* const smem = reinterpret_cast<float*>(smem_f4) + (((128 - (raw_base & 127)) & 127) / 4);
   const uint32_t smem_base = smem_addr(smem);
   const uint32_t full_bar = smem_base + static_cast<uint32_t>(C::BAR_OFFSET);
   const uint32_t empty_bar = full_bar + 8 * STAGES;
@@ -377,43 +348,6 @@ __global__ void __launch_bounds__(C::THREADS, 1)
   // full barrier was waited on), so the tile is staged over it: rows of BN + 4 floats.
   named_barrier_sync(1, C::MATH_THREADS);
   const bool split = splits > 1;
-  if constexpr (TSTORE) {
-    // Box b = columns 32 b .. 32 b + 31 of the tile at byte 16384 b: row r at 128 r, its 16-byte chunk
-    // c at (c ^ (r % 8)) * 16 (the 128-byte swizzle of the tensor maps).
-    char* const stile = reinterpret_cast<char*>(smem);
-#pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      const int r = ti + 32 * (i / 4) + (i % 4);
-#pragma unroll
-      for (int g = 0; g < 2; ++g) {
-        const int c = tj + 16 * g;
-        float4 v = make_float4(acc[i][4 * g], acc[i][4 * g + 1], acc[i][4 * g + 2], acc[i][4 * g + 3]);
-        if (!split && p.bias != nullptr && n0 + c < N_) {
-          const float4 bb = *reinterpret_cast<const float4*>(p.bias + n0 + c);
-          v.x += bb.x; v.y += bb.y; v.z += bb.z; v.w += bb.w;
-        }
-        *reinterpret_cast<float4*>(stile + (c >> 5) * (BM * 128) + r * 128 + ((((c & 31) >> 2) ^ (r & 7)) << 4)) = v;
-      }
-    }
-    bulk_store_fence();
-    named_barrier_sync(1, C::MATH_THREADS);
-    if (tid == 0) {
-#pragma unroll 1
-      for (int b = 0; b < BN / 32; ++b) {
-        const uint32_t src = smem_base + static_cast<uint32_t>(b * BM * 128);
-        if (TAIL && split)
-          tensor_store_2d(&tm_ws, src, 32 * b, static_cast<int>((z * tail + tail_slot) * BM));
-        else if (n0 + 32 * b < N_) {
-          if (split)
-            tensor_store_3d(&tm_ws, src, static_cast<int>(n0 + 32 * b), static_cast<int>(m0), static_cast<int>(z));
-          else
-            tensor_store_2d(&tm_y, src, static_cast<int>(n0 + 32 * b), static_cast<int>(m0));
-        }
-      }
-      bulk_store_commit_and_wait_read();
-    }
-    return;
-  }
   constexpr int CS = BN + 4;
 #pragma unroll
   for (int i = 0; i < 16; ++i) {
@@ -496,7 +430,7 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 // A row-major fp32 matrix [rows, cols] (row stride ld floats) as a tensor map of box_rows x box_cols
 // boxes, out-of-bounds elements zero-filled.
 inline bool encode_matrix(CUtensorMap* map, const float* base, int64_t rows, int64_t cols, int64_t ld,
-                          int box_rows, int box_cols, CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_NONE) {
+                          int box_rows, int box_cols) {
   const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
   if (encode == nullptr) return false;
   const cuuint64_t dim[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
@@ -504,22 +438,7 @@ inline bool encode_matrix(CUtensorMap* map, const float* base, int64_t rows, int
   const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(box_rows)};
   const cuuint32_t unit[2] = {1, 1};
   return encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, const_cast<float*>(base), dim, stride, box, unit,
-                CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-}
-
-// A row-major fp32 tensor [d2][rows][cols] (contiguous) as a tensor map of 1 x box_rows x box_cols boxes.
-inline bool encode_3d(CUtensorMap* map, const float* base, int64_t d2, int64_t rows, int64_t cols, int box_rows,
-                      int box_cols, CUtensorMapSwizzle swizzle) {
-  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
-  if (encode == nullptr) return false;
-  const cuuint64_t dim[3] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows), static_cast<cuuint64_t>(d2)};
-  const cuuint64_t stride[2] = {static_cast<cuuint64_t>(cols) * sizeof(float),
-                                static_cast<cuuint64_t>(rows * cols) * sizeof(float)};
-  const cuuint32_t box[3] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(box_rows), 1};
-  const cuuint32_t unit[3] = {1, 1, 1};
-  return encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, const_cast<float*>(base), dim, stride, box, unit,
-                CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
@@ -550,13 +469,8 @@ cudaError_t launch_producer_impl(const SpmmParams& p, cudaStream_t stream, int64
   if (reinterpret_cast<uintptr_t>(p.values) % 16 != 0 || reinterpret_cast<uintptr_t>(p.xt) % 16 != 0 ||
       reinterpret_cast<uintptr_t>(p.y) % 16 != 0 || reinterpret_cast<uintptr_t>(p.workspace) % 16 != 0)
     return cudaErrorInvalidValue;
-  // EXPERIMENT (session 34): p.producer_tstore writes the tile by tensor stores.
-  const bool tstore = p.producer_tstore;
-  using CT = TstoreConfig<C>;
-  static bool configured_tstore[kMaxDevices] = {};
   const cudaError_t err =
-      tstore ? set_smem_limit_once(configured_tstore, spmm_producer_kernel<CT, TAIL, true>, static_cast<int>(CT::SMEM_BYTES))
-             : set_smem_limit_once(configured, spmm_producer_kernel<C, TAIL>, static_cast<int>(C::SMEM_BYTES));
+      set_smem_limit_once(configured, spmm_producer_kernel<C, TAIL>, static_cast<int>(C::SMEM_BYTES));
   if (err != cudaSuccess) return err;
   if (mt > 0x7fffffff || ntl > 65535 || p.split_k > 65535) return cudaErrorInvalidConfiguration;
   const int64_t grid_1d = mt * ntl + (tail_split ? tail * (p.split_k - 1) : 0);
@@ -565,25 +479,11 @@ cudaError_t launch_producer_impl(const SpmmParams& p, cudaStream_t stream, int64
   if (!encode_matrix(&tm_a, p.xt, p.k, p.ldxt, p.ldxt, C::KB, C::BM) ||
       !encode_matrix(&tm_b, p.values, w, p.n, p.n, C::WB, C::BN))
     return cudaErrorInvalidValue;
-  // TSTORE: y [m, n]; the split-K workspace [split_k, m, n] (kernel 21) or the tail's compact
-  // [split_k x tail x BM, BN] (kernel 22), all in BM x 32 boxes, 128-byte swizzled.
-  CUtensorMap tm_y = tm_b, tm_ws = tm_b;
-  if (tstore) {
-    if (!encode_matrix(&tm_y, p.y, p.m, p.n, p.n, C::BM, 32, CU_TENSOR_MAP_SWIZZLE_128B)) return cudaErrorInvalidValue;
-    if (TAIL && tail_split) {
-      if (!encode_matrix(&tm_ws, p.workspace, p.split_k * tail * C::BM, C::BN, C::BN, C::BM, 32,
-                         CU_TENSOR_MAP_SWIZZLE_128B))
-        return cudaErrorInvalidValue;
-    } else if (!TAIL && p.split_k > 1) {
-      if (!encode_3d(&tm_ws, p.workspace, p.split_k, p.m, p.n, C::BM, 32, CU_TENSOR_MAP_SWIZZLE_128B))
-        return cudaErrorInvalidValue;
-    }
-  }
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = TAIL ? dim3(static_cast<unsigned>(grid_1d), 1, 1)
                      : dim3(static_cast<unsigned>(mt), static_cast<unsigned>(ntl), static_cast<unsigned>(p.split_k));
   cfg.blockDim = dim3(C::THREADS, 1, 1);
-  cfg.dynamicSmemBytes = tstore ? CT::SMEM_BYTES : C::SMEM_BYTES;  // one block per SM: no padding needed
+  cfg.dynamicSmemBytes = C::SMEM_BYTES;  // one block per SM: no padding needed under dependent launch
   cfg.stream = stream;
   // Launched during the x transpose (p.dependent_launch): the producer waits for it before its first
   // tensor copy; the math warps read only shared memory and write y.
@@ -593,13 +493,11 @@ cudaError_t launch_producer_impl(const SpmmParams& p, cudaStream_t stream, int64
   cfg.attrs = attr;
   cfg.numAttrs = p.dependent_launch ? 1 : 0;
   if constexpr (!TAIL) {
-    return tstore ? cudaLaunchKernelEx(&cfg, spmm_producer_kernel<CT, false, true>, p, tm_a, tm_b, tm_y, tm_ws)
-                  : cudaLaunchKernelEx(&cfg, spmm_producer_kernel<C, false>, p, tm_a, tm_b, tm_y, tm_ws);
+    return cudaLaunchKernelEx(&cfg, spmm_producer_kernel<C, false>, p, tm_a, tm_b);
   } else {
     SpmmParams q = p;
     if (!tail_split) q.split_k = 1;  // the kernel then computes every tile whole
-    cudaError_t e = tstore ? cudaLaunchKernelEx(&cfg, spmm_producer_kernel<CT, true, true>, q, tm_a, tm_b, tm_y, tm_ws)
-                           : cudaLaunchKernelEx(&cfg, spmm_producer_kernel<C, true>, q, tm_a, tm_b, tm_y, tm_ws);
+    cudaError_t e = cudaLaunchKernelEx(&cfg, spmm_producer_kernel<C, true>, q, tm_a, tm_b);
     if (e != cudaSuccess || !tail_split) return e;
     // The tail's reduction, launched (sm_90, overlap_launches) while the kernel's last blocks run.
     return launch_items_after(reduce_tail_tiles_kernel<C::BM, C::BN>, tail * (C::BM * C::BN / 4), p.overlap_launches,
