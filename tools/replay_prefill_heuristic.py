@@ -33,8 +33,19 @@ PRODUCER_STAGE_US, PRODUCER_ROW_US = 0.110, 0.158
 
 
 class V:
-    """Variant knobs (the committed rule: the defaults)."""
+    """Variant knobs (the committed rule: the defaults; tools/tune_prefill_heuristic.py searches them)."""
     cluster_traffic = 1.0  # factor on the traffic term of a split-2 cluster reduction
+    ws = 1.0               # factor on the workspace reduction's fixed cost
+    tiled = 1.0            # factor on the tiled kernels' cost
+    wp = {18: 1.0, 19: 1.0, 20: 1.0}  # factor on each warp-packed kernel's cost
+    k21 = 1.0              # factor on kernel 21 / 22's stage time
+    k21_n = {16: 1.0, 12: 1.0, 8: 1.0, 4: 1.0}  # the same per pattern
+    k21_round = 0.0        # microseconds per round of kernel 21 / 22's grid
+
+    def __init__(self, **knobs):
+        self.wp, self.k21_n = dict(V.wp), dict(V.k21_n)
+        for name, value in knobs.items():
+            setattr(self, name, value)
 
 
 def cdiv(a, b):
@@ -56,7 +67,7 @@ def reduction_us(kernel, s, m, n, v):
     traffic = 0.9 * (s + 1) * m * n * 4 / 1e6
     if s == 2 and kernel not in (21, 22):  # plan_reduces_in_cluster
         return CL_US + v.cluster_traffic * traffic
-    return WS_US + traffic
+    return v.ws * WS_US + traffic
 
 
 def tiled_cost(c, m, n, k, N, s, v):
@@ -64,34 +75,41 @@ def tiled_cost(c, m, n, k, N, s, v):
     bm, bn = TILE[kernel]
     R, B = rounds(cdiv(m, bm) * cdiv(n, bn) * s, bps)
     wb = N  # 32 / M * N rows per k-block of 32
-    return cdiv(cdiv(k, 32), s) * (R * (alpha + beta * wb) + B * (gamma + delta * wb)) + reduction_us(kernel, s, m, n, v)
+    return v.tiled * cdiv(cdiv(k, 32), s) * (R * (alpha + beta * wb) + B * (gamma + delta * wb)) + \
+        reduction_us(kernel, s, m, n, v)
 
 
 def warp_packed_cost(c, m, n, k, N, s, v):
     kernel, bps, wb, a, g, b = c
     bm, bn = TILE[kernel]
     R, B = rounds(cdiv(m, bm) * cdiv(n, bn) * s, bps)
-    return cdiv(cdiv(k // 32 * N, wb), s) * (R * a + B * g) + R * b + reduction_us(kernel, s, m, n, v)
+    return v.wp[kernel] * (cdiv(cdiv(k // 32 * N, wb), s) * (R * a + B * g) + R * b) + reduction_us(kernel, s, m, n, v)
+
+
+def producer_per_stage(N, v):
+    kb, wb, f = producer_shape(N)
+    return v.k21 * v.k21_n[N] * f * (PRODUCER_STAGE_US * (kb // 32) + PRODUCER_ROW_US * wb)
 
 
 def producer_cost(m, n, k, N, s, v):
-    kb, wb, f = producer_shape(N)
+    kb = producer_shape(N)[0]
     R, _ = rounds(cdiv(m, 128) * cdiv(n, 256) * s, 1)
-    return cdiv(cdiv(k, kb), s) * R * f * (PRODUCER_STAGE_US * (kb // 32) + PRODUCER_ROW_US * wb) + reduction_us(21, s, m, n, v)
+    return cdiv(cdiv(k, kb), s) * R * producer_per_stage(N, v) + v.k21_round * R + reduction_us(21, s, m, n, v)
 
 
-def producer_tail_cost(m, n, k, N, s):
-    kb, wb, f = producer_shape(N)
+def producer_tail_cost(m, n, k, N, s, v):
+    kb = producer_shape(N)[0]
     tiles = cdiv(m, 128) * cdiv(n, 256)
     tail = tiles % SMS
     kblocks = cdiv(k, kb)
-    per_stage = f * (PRODUCER_STAGE_US * (kb // 32) + PRODUCER_ROW_US * wb)
-    us = (tiles - tail) // SMS * kblocks * per_stage
+    per_stage = producer_per_stage(N, v)
+    whole = (tiles - tail) // SMS
+    us = whole * kblocks * per_stage + v.k21_round * whole
     if tail:
         R, _ = rounds(tail * s, 1)
-        us += R * cdiv(kblocks, s) * per_stage
+        us += R * cdiv(kblocks, s) * per_stage + v.k21_round * R
         if s > 1:
-            us += WS_US + 0.9 * (s + 1) * tail * 128 * 256 * 4 / 1e6
+            us += v.ws * WS_US + 0.9 * (s + 1) * tail * 128 * 256 * 4 / 1e6
     return us
 
 
@@ -135,7 +153,7 @@ def choose(m, n, k, N, v):
         for s in KSPLITS[1:]:
             if kblocks // s < 4:
                 break
-            us = producer_tail_cost(m, n, k, N, s)
+            us = producer_tail_cost(m, n, k, N, s, v)
             if us < best_us:
                 best, best_us = (22, s), us
     return best

@@ -1,5 +1,5 @@
 """Tunes a few knobs of the prefill cost models (csrc/dispatch.h, replayed by
-tools/replay_prefill_heuristic.py) on flushed plan sweeps (tools/sweep_splits.py output), by a coordinate
+tools/replay_prefill_heuristic.py, whose variant class V carries the knobs) on flushed plan sweeps (tools/sweep_splits.py output), by a coordinate
 search on the picks' mean log time over the best timed plan, with a two-fold check over the (n, k) pairs:
 
     python tools/tune_prefill_heuristic.py --sweeps A.csv+A_rep.csv B.csv ... [--folds]
@@ -23,86 +23,20 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import replay_prefill_heuristic as R  # noqa: E402
 
-cdiv = R.cdiv
-
-
 def default_knobs():
     return {"k21": 1.0, "k21_16": 1.0, "k21_12": 1.0, "k21_8": 1.0, "k21_4": 1.0, "k21_round": 0.0,
             "wp_18": 1.0, "wp_19": 1.0, "wp_20": 1.0, "tiled": 1.0, "ws": 1.0}
 
 
-def reduction_us(kernel, s, m, n, kn):
-    if s <= 1:
-        return 0.0
-    traffic = 0.9 * (s + 1) * m * n * 4 / 1e6
-    if s == 2 and kernel not in (21, 22):
-        return R.CL_US + traffic
-    return kn["ws"] * R.WS_US + traffic
-
-
-def producer_per_stage(N, kn):
-    kb, wb, f = R.producer_shape(N)
-    return kn["k21"] * kn[f"k21_{N}"] * f * (R.PRODUCER_STAGE_US * (kb // 32) + R.PRODUCER_ROW_US * wb)
+def variant(kn):
+    """The replay's variant (replay_prefill_heuristic.V) for a flat knob dict."""
+    return R.V(k21=kn["k21"], k21_round=kn["k21_round"], tiled=kn["tiled"], ws=kn["ws"],
+               k21_n={N: kn[f"k21_{N}"] for N in (16, 12, 8, 4)}, wp={K: kn[f"wp_{K}"] for K in (18, 19, 20)})
 
 
 def choose(m, n, k, N, kn):
-    """R.choose with the knobs applied (equal to it at default_knobs())."""
-    best, best_us = None, None
-    for c in R.TILED:
-        kernel = c[0]
-        bm, bn = R.TILE[kernel]
-        for s in R.KSPLITS:
-            if s > 1 and cdiv(k, 32) // s < 4:
-                break
-            if kernel == 11 and cdiv(m, bm) * cdiv(n, bn) * s >= R.SMS:
-                continue
-            _, bps, alpha, beta, gamma, delta, _ = c
-            Rr, B = R.rounds(cdiv(m, bm) * cdiv(n, bn) * s, bps)
-            us = kn["tiled"] * cdiv(cdiv(k, 32), s) * (Rr * (alpha + beta * N) + B * (gamma + delta * N))
-            us += reduction_us(kernel, s, m, n, kn)
-            if best_us is None or us < best_us:
-                best, best_us = (kernel, s), us
-    if 4 * N <= 32 or m * n * k < 4.5e10:
-        full = cdiv(m, 128) * cdiv(n, 128) >= 4 * 2 * R.SMS
-        wp, wp_us = None, None
-        for c in R.WP:
-            kernel, bps, wb, a, g, b = c
-            if full and kernel != 18:
-                continue
-            bm, bn = R.TILE[kernel]
-            for s in R.KSPLITS:
-                if s > 1 and cdiv(k // 32 * N, wb) // s < 4:
-                    break
-                Rr, B = R.rounds(cdiv(m, bm) * cdiv(n, bn) * s, bps)
-                us = kn[f"wp_{kernel}"] * (cdiv(cdiv(k // 32 * N, wb), s) * (Rr * a + B * g) + Rr * b)
-                us += reduction_us(kernel, s, m, n, kn)
-                if wp_us is None or us < wp_us:
-                    wp, wp_us = (kernel, s), us
-        if wp_us < best_us:
-            best, best_us = wp, wp_us
-    kb = R.producer_shape(N)[0]
-    kblocks = cdiv(k, kb)
-    per_stage = producer_per_stage(N, kn)
-    for s in R.KSPLITS:
-        if s > 1 and kblocks // s < 4:
-            break
-        Rr, _ = R.rounds(cdiv(m, 128) * cdiv(n, 256) * s, 1)
-        us = cdiv(kblocks, s) * Rr * per_stage + kn["k21_round"] * Rr + reduction_us(21, s, m, n, kn)
-        if us < best_us:
-            best, best_us = (21, s), us
-    tiles = cdiv(m, 128) * cdiv(n, 256)
-    tail = tiles % R.SMS
-    if tiles > R.SMS and tail:
-        whole = (tiles - tail) // R.SMS
-        for s in R.KSPLITS[1:]:
-            if kblocks // s < 4:
-                break
-            Rr, _ = R.rounds(tail * s, 1)
-            us = whole * kblocks * per_stage + Rr * cdiv(kblocks, s) * per_stage + kn["k21_round"] * (whole + Rr)
-            us += kn["ws"] * R.WS_US + 0.9 * (s + 1) * tail * 128 * 256 * 4 / 1e6
-            if us < best_us:
-                best, best_us = (22, s), us
-    return best
+    """The replay's choose_plan with the knobs applied (equal to it at default_knobs())."""
+    return R.choose(m, n, k, N, variant(kn))
 
 
 def load(spec):
@@ -178,8 +112,6 @@ def main():
         cells += list(load(spec).items())
     names = a.knobs.split(",")
     base = default_knobs()
-    # The replay at default knobs is R.choose (itself checked against the op by --check-op there).
-    assert all(choose(m, n, k, N, base) == R.choose(m, n, k, N, R.V()) for (m, n, k, N), _ in cells)
     s0, miss0 = score(cells, base)
     kn, s1 = search(cells, names)
     print(f"{len(cells)} cells; committed mean log(pick/best) {s0:.4f} (untimed picks {miss0}); tuned {s1:.4f}")
