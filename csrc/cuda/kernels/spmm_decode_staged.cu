@@ -22,7 +22,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstdlib>
 
 #include "cp_async.cuh"
 #include "cluster_reduce.cuh"
@@ -60,20 +59,9 @@ __device__ __forceinline__ void load_batch(int (&idx)[D], float4 (&b)[D], const 
   asm volatile("" ::: "memory");
 }
 
-// Row r of a [rows, ld] matrix from the pointer to row 0, with the row stride in bytes as a 32-bit
-// number (one wide multiply-add; the launcher keeps the strides below 2^31 bytes).
-template <class T>
-__device__ __forceinline__ const T* row_ptr(const T* row0, uint32_t stride_bytes, int r) {
-  uint64_t a;
-  asm("mad.wide.u32 %0, %1, %2, %3;" : "=l"(a) : "r"(stride_bytes), "r"(static_cast<uint32_t>(r)),
-      "l"(reinterpret_cast<uint64_t>(row0)));
-  return reinterpret_cast<const T*>(a);
-}
-
 // MR: rows of x the kernel is built for (m <= MR; rows m..MR-1 of the x buffers stay zero).
 // CW: column warps per block (BN = 128 x CW output columns).
-// LEAN (experiment): whole batches without per-row bounds, row addresses from 32-bit strides.
-template <int MR, int CW, bool LEAN>
+template <int MR, int CW>
 __global__ void __launch_bounds__(kStagedWarps * 32, 2) spmm_decode_staged_kernel(const SpmmParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
   __trap();  // launch_decode_staged refuses devices without clusters; never reached
@@ -84,8 +72,6 @@ __global__ void __launch_bounds__(kStagedWarps * 32, 2) spmm_decode_staged_kerne
   // MR = 16 (4-row batches, 128 registers) issues each row of the next batch as soon as the
   // same row of this one is in registers; MR <= 8 issues whole batches (measured faster there).
   constexpr bool kRolling = MR >= 16;
-  // (The two batch bodies of the 16-row kernels spill with 256- and 512-column tiles.)
-  constexpr bool kLean = LEAN && !(MR >= 16 && CW > 1);
   constexpr int XC = kStagedXCols;
   constexpr int kThreads = kStagedWarps * 32;
   extern __shared__ float4 smem[];
@@ -102,7 +88,6 @@ __global__ void __launch_bounds__(kStagedWarps * 32, 2) spmm_decode_staged_kerne
   const int64_t colc = col < n ? col : n - 4;
   const float* const vcol = p.values + colc;
   const uint8_t* const icol = p.indices + colc / p.L;
-  const uint32_t vs = static_cast<uint32_t>(n) * 4u, qs = static_cast<uint32_t>(q);  // LEAN: row strides in bytes
 
   // This block's k-split: whole windows [g0, g1), staged in chunks of chunk_w windows.
   const int64_t windows = p.k / M;
@@ -187,38 +172,29 @@ __global__ void __launch_bounds__(kStagedWarps * 32, 2) spmm_decode_staged_kerne
     __syncthreads();  // chunk ci is in its buffer for every warp
     const float* const xc = xs + (ci & 1) * MR * XC;
     int bw = first_w, bs = first_s;  // row ub is position bs of window bw of the chunk
-    // kRolling: this warp's next batch, as pointers carried across batches (not re-derived per row).
+    // This warp's next batch, as pointers carried across batches (not re-derived per row).
     const int64_t batch_stride = static_cast<int64_t>(KW) * D;
     const float* vnext = vcol + (ub + batch_stride) * n;
     const uint8_t* inext = icol + (ub + batch_stride) * q;
     while (ub < u_end) {
       int s = bs, cbase = bw * M;  // x column of a row: cbase + its index
       const int64_t un = ub + static_cast<int64_t>(KW) * D;  // this warp's next batch
-      if (kLean && ub + D <= u_end) {
-        // A whole batch: no per-row bounds. The next batch's rows that exist (kRolling) are
-        // counted once, as a 32-bit number.
-        const int64_t left = u_end - un;
-        const int next_rows = left <= 0 ? 0 : left >= D ? D : static_cast<int>(left);
+      if (!kRolling && ub + D <= u_end) {
+        // A whole batch of the whole-batch kernels: no per-row bounds.
 #pragma unroll
         for (int r = 0; r < D; ++r) {
           const int c = cbase + idx[r];
-          const float4 br = b[r];
           if (++s == N) {
             s = 0;
             cbase += M;
           }
-          if (kRolling && r < next_rows) {
-            idx[r] = __ldg(row_ptr(inext, qs, r));
-            b[r] = __ldcs(reinterpret_cast<const float4*>(row_ptr(vnext, vs, r)));
-            asm volatile("" ::: "memory");
-          }
 #pragma unroll
           for (int i = 0; i < MR; ++i) {
             const float a = xc[i * XC + c];
-            acc[i][0] = fmaf(a, br.x, acc[i][0]);
-            acc[i][1] = fmaf(a, br.y, acc[i][1]);
-            acc[i][2] = fmaf(a, br.z, acc[i][2]);
-            acc[i][3] = fmaf(a, br.w, acc[i][3]);
+            acc[i][0] = fmaf(a, b[r].x, acc[i][0]);
+            acc[i][1] = fmaf(a, b[r].y, acc[i][1]);
+            acc[i][2] = fmaf(a, b[r].z, acc[i][2]);
+            acc[i][3] = fmaf(a, b[r].w, acc[i][3]);
           }
         }
       } else {
@@ -248,14 +224,16 @@ __global__ void __launch_bounds__(kStagedWarps * 32, 2) spmm_decode_staged_kerne
           }
         }
       }
-      // Whole batches (MR <= 8): the next batch's loads, through the carried pointers when it
-      // is whole.
+      // The whole-batch kernels load the next batch here: a whole one through the carried
+      // pointers, row by row (no bounds, no 64-bit multiplies), a partial one clamped.
       if (!kRolling && un < u_end) {
-        if (kLean && un + D <= u_end) {
+        if (un + D <= u_end) {
+          const uint8_t* ip = inext;
+          const float* vp = vnext;
 #pragma unroll
-          for (int r = 0; r < D; ++r) {
-            idx[r] = __ldg(row_ptr(inext, qs, r));
-            b[r] = __ldcs(reinterpret_cast<const float4*>(row_ptr(vnext, vs, r)));
+          for (int r = 0; r < D; ++r, ip += q, vp += n) {
+            idx[r] = __ldg(ip);
+            b[r] = __ldcs(reinterpret_cast<const float4*>(vp));
           }
           asm volatile("" ::: "memory");
         } else {
@@ -288,27 +266,18 @@ __global__ void __launch_bounds__(kStagedWarps * 32, 2) spmm_decode_staged_kerne
 #endif
 }
 
-template <int MR, int CW, bool LEAN>
+template <int MR, int CW>
 cudaError_t launch_one(const SpmmParams& p, cudaStream_t stream) {
   static bool configured[kMaxDevices] = {};
-  cudaError_t err =
-      set_smem_limit_once(configured, spmm_decode_staged_kernel<MR, CW, LEAN>, staged_smem_bytes<MR>());
+  cudaError_t err = set_smem_limit_once(configured, spmm_decode_staged_kernel<MR, CW>, staged_smem_bytes<MR>());
   if (err != cudaSuccess) return err;
   if (p.split_k > 8) {  // clusters of more than 8 blocks are non-portable: allowed once per kernel and device
     static bool large[kMaxDevices] = {};
-    err = allow_large_clusters_once(large, spmm_decode_staged_kernel<MR, CW, LEAN>);
+    err = allow_large_clusters_once(large, spmm_decode_staged_kernel<MR, CW>);
     if (err != cudaSuccess) return err;
   }
-  return launch_split_k_clusters(spmm_decode_staged_kernel<MR, CW, LEAN>, p, (p.n + 128 * CW - 1) / (128 * CW),
+  return launch_split_k_clusters(spmm_decode_staged_kernel<MR, CW>, p, (p.n + 128 * CW - 1) / (128 * CW),
                                  kStagedWarps * 32, staged_smem_bytes<MR>(), stream);
-}
-
-// Experiment switch, read per call: NMSPMM_DECODE_LEAN=1 runs the LEAN kernels (where n < 2^29).
-template <int MR, int CW>
-cudaError_t launch_one(const SpmmParams& p, cudaStream_t stream) {
-  const char* e = std::getenv("NMSPMM_DECODE_LEAN");
-  if (e != nullptr && e[0] == '1' && p.n < (int64_t{1} << 29)) return launch_one<MR, CW, true>(p, stream);
-  return launch_one<MR, CW, false>(p, stream);
 }
 
 template <int CW>
@@ -324,8 +293,8 @@ cudaError_t decode_staged_places_cluster(int size, bool* ok) {
   *ok = false;
   // The largest block of the staged kernels (m = 9..16: 64 KiB of shared memory).
   static bool smem_set[kMaxDevices] = {}, large[kMaxDevices] = {};
-  cudaError_t err = set_smem_limit_once(smem_set, spmm_decode_staged_kernel<16, 1, false>, staged_smem_bytes<16>());
-  if (err == cudaSuccess && size > 8) err = allow_large_clusters_once(large, spmm_decode_staged_kernel<16, 1, false>);
+  cudaError_t err = set_smem_limit_once(smem_set, spmm_decode_staged_kernel<16, 1>, staged_smem_bytes<16>());
+  if (err == cudaSuccess && size > 8) err = allow_large_clusters_once(large, spmm_decode_staged_kernel<16, 1>);
   if (err != cudaSuccess) return err;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(1, static_cast<unsigned>(size), 1);
@@ -339,7 +308,7 @@ cudaError_t decode_staged_places_cluster(int size, bool* ok) {
   cfg.attrs = attr;
   cfg.numAttrs = 1;
   int clusters = 0;
-  err = cudaOccupancyMaxActiveClusters(&clusters, spmm_decode_staged_kernel<16, 1, false>, &cfg);
+  err = cudaOccupancyMaxActiveClusters(&clusters, spmm_decode_staged_kernel<16, 1>, &cfg);
   if (err != cudaSuccess) return err;
   *ok = clusters >= 1;
   return cudaSuccess;
