@@ -22,7 +22,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstdlib>
 
 #include "cp_async.cuh"
 #include "cluster_reduce.cuh"
@@ -62,14 +61,14 @@ __device__ __forceinline__ void load_batch(int (&idx)[D], float4 (&b)[D], const 
 
 // MR: rows of x the kernel is built for (m <= MR; rows m..MR-1 of the x buffers stay zero).
 // CW: column warps per block (BN = 128 x CW output columns).
-template <int MR, int CW, int DB = kStagedBatch>
+template <int MR, int CW>
 __global__ void __launch_bounds__(kStagedWarps * 32, 2) spmm_decode_staged_kernel(const SpmmParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
   __trap();  // launch_decode_staged refuses devices without clusters; never reached
 #else
   constexpr int KW = kStagedWarps / CW;
   constexpr int BN = 128 * CW;
-  constexpr int D = MR >= 16 ? kStagedBatch / 2 : DB;  // DB (experiment): whole-batch rows
+  constexpr int D = MR >= 16 ? kStagedBatch / 2 : kStagedBatch;
   // MR = 16 (4-row batches, 128 registers) issues each row of the next batch as soon as the
   // same row of this one is in registers; MR <= 8 issues whole batches (measured faster there).
   constexpr bool kRolling = MR >= 16;
@@ -267,31 +266,18 @@ __global__ void __launch_bounds__(kStagedWarps * 32, 2) spmm_decode_staged_kerne
 #endif
 }
 
-template <int MR, int CW, int DB>
-cudaError_t launch_one_db(const SpmmParams& p, cudaStream_t stream) {
+template <int MR, int CW>
+cudaError_t launch_one(const SpmmParams& p, cudaStream_t stream) {
   static bool configured[kMaxDevices] = {};
-  cudaError_t err = set_smem_limit_once(configured, spmm_decode_staged_kernel<MR, CW, DB>, staged_smem_bytes<MR>());
+  cudaError_t err = set_smem_limit_once(configured, spmm_decode_staged_kernel<MR, CW>, staged_smem_bytes<MR>());
   if (err != cudaSuccess) return err;
   if (p.split_k > 8) {  // clusters of more than 8 blocks are non-portable: allowed once per kernel and device
     static bool large[kMaxDevices] = {};
-    err = allow_large_clusters_once(large, spmm_decode_staged_kernel<MR, CW, DB>);
+    err = allow_large_clusters_once(large, spmm_decode_staged_kernel<MR, CW>);
     if (err != cudaSuccess) return err;
   }
-  return launch_split_k_clusters(spmm_decode_staged_kernel<MR, CW, DB>, p, (p.n + 128 * CW - 1) / (128 * CW),
+  return launch_split_k_clusters(spmm_decode_staged_kernel<MR, CW>, p, (p.n + 128 * CW - 1) / (128 * CW),
                                  kStagedWarps * 32, staged_smem_bytes<MR>(), stream);
-}
-
-// Experiment switch, read per call: NMSPMM_DECODE_BATCH=12 or 16 gives the whole-batch kernels
-// (m <= 8) batches of that many rows.
-template <int MR, int CW>
-cudaError_t launch_one(const SpmmParams& p, cudaStream_t stream) {
-  const char* e = std::getenv("NMSPMM_DECODE_BATCH");
-  const int db = e == nullptr ? 8 : std::atoi(e);
-  if constexpr (MR <= 8) {
-    if (db == 12) return launch_one_db<MR, CW, 12>(p, stream);
-    if (db == 16) return launch_one_db<MR, CW, 16>(p, stream);
-  }
-  return launch_one_db<MR, CW, kStagedBatch>(p, stream);
 }
 
 template <int CW>
