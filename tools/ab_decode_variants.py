@@ -6,8 +6,9 @@ back-to-back calls rotating through weight copies (>= 4x L2), per-call microseco
         --plans auto,15/5,15/7,15/8,16/9 --out DIR
 
 For every Llama decode shape (the benchmark's six (n, k)), pattern, m and plan, the variants are
-timed back to back in --rounds rounds (min per variant), each output checked against fp64 and
-against variant 0's output. Prints per (m, pattern) the geomean of variant-0 time over variant-v
+timed back to back in --rounds rounds (min per variant), each output checked against fp64 (relative
+error < 1e-5) and against variant 0's output (bitwise equality counted; a variant that reorders the
+sums may differ in rounding, and fails only above 1e-5 relative). Prints per (m, pattern) the geomean of variant-0 time over variant-v
 time on the heuristic's plan and on the best listed plan, then the benchmark's decode target cells;
 writes ab_decode.csv."""
 import argparse
@@ -46,7 +47,7 @@ def main():
     shapes = SHAPES
     if a.shape_list:
         shapes = [tuple(int(v) for v in sh.split("x")) for sh in a.shape_list.split(",")]
-    rows, bad = [], 0
+    rows, bad, differ = [], 0, 0
     for n, k in shapes:
         wd = torch.randn(n, k, device="cuda")
         dcopies = max(2, math.ceil(4 * l2 / (n * k * 4)))
@@ -82,9 +83,13 @@ def main():
                                     print(f"FAIL {n}x{k} {pat} m={m} {NAMES[kern]}/{split} v{v} err {err:.2e}")
                                 if y0 is None:
                                     y0 = y
-                                elif not torch.allclose(y, y0, rtol=1e-5, atol=1e-5):
-                                    bad += 1
-                                    print(f"MISMATCH {n}x{k} {pat} m={m} {NAMES[kern]}/{split} v{v}")
+                                elif not torch.equal(y, y0):
+                                    # A variant that reorders the sums differs in rounding only.
+                                    differ += 1
+                                    rel = ((y.double() - y0.double()).norm() / y0.double().norm()).item()
+                                    if not rel < 1e-5:
+                                        bad += 1
+                                        print(f"MISMATCH {n}x{k} {pat} m={m} {NAMES[kern]}/{split} v{v} rel {rel:.2e}")
                                 t = graph_us([lambda q=ps[i % len(ps)]: call(q) for i in range(ncalls)])
                                 best[v] = min(best.get(v, float("inf")), t)
                     except RuntimeError as e:
@@ -129,6 +134,7 @@ def main():
         dense_us = next(r["dense_us"] for r in rows if (r["n"], r["k"], r["N"], r["m"]) == (n, k, N, m))
         cells = " ".join(f"v{v} {dense_us / t[(n, k, N, m) + hp + (v,)]:.2f}" for v in variants)
         print(f"  {m}x{n}x{k} {N}:32 target {target:.2f}: {cells}")
+    print(f"outputs not bitwise equal to variant {variants[0]}'s: {differ}")
     print(f"correctness failures: {bad}")
     return 1 if bad else 0
 
