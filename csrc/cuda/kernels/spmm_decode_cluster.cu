@@ -19,6 +19,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
 
 #include "cluster_reduce.cuh"
 #include "launch_overlap.cuh"
@@ -33,8 +34,9 @@ namespace {
 constexpr int kClusterCols = 128;  // output columns per warp and per block (32 lanes x 4)
 constexpr int kBatchRows = 16;     // compressed rows per warp batch
 
-// MR: rows of x (1 or 2); W: warps per block.
-template <int MR, int W>
+// MR: rows of x (1 or 2); W: warps per block. LEAN (experiment): whole batches without per-row
+// bounds, rows and windows walked incrementally (no 64-bit multiply or division per batch).
+template <int MR, int W, bool LEAN>
 __global__ void __launch_bounds__(W * 32) spmm_decode_cluster_kernel(const SpmmParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
   __trap();  // launch_decode_cluster refuses devices without clusters; never reached
@@ -66,7 +68,91 @@ __global__ void __launch_bounds__(W * 32) spmm_decode_cluster_kernel(const SpmmP
   // still run (the binding launches so only when that kernel cannot have written the weight);
   // x is read and y written after it.
   bool waited = false;
-  if (col_ok) {
+  if (LEAN && col_ok) {
+    const float* const vcol = p.values + col;
+    const uint8_t* const icol = p.indices + col / p.L;
+    constexpr int kStep = W * R;  // rows from one batch of a warp to its next
+    const int step_w = kStep / N, step_s = kStep % N;
+    int64_t ub = g0 * N + static_cast<int64_t>(warp) * R;
+    // Row ub is position bs of window gw: x of the batch from xw, weight and index rows from vrow, irow.
+    int bs = (warp * R) % N;
+    const float* xw = p.x + (g0 + (warp * R) / N) * M;
+    const float* vrow = vcol + ub * n;
+    const uint8_t* irow = icol + ub * q;
+    const int64_t vstep = static_cast<int64_t>(kStep) * n, istep = static_cast<int64_t>(kStep) * q;
+    for (; ub < u_end; ub += kStep, vrow += vstep, irow += istep) {
+      int idx[R];
+      float4 b[R];
+      const bool whole = ub + R <= u_end;
+      if (whole) {
+        const uint8_t* ip = irow;
+        const float* vp = vrow;
+#pragma unroll
+        for (int r = 0; r < R; ++r, ip += q, vp += n) {
+          idx[r] = __ldg(ip);
+          b[r] = __ldcs(reinterpret_cast<const float4*>(vp));
+        }
+      } else {
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const int64_t u = ub + r < u_end ? ub + r : u_end - 1;
+          idx[r] = __ldg(icol + u * q);
+          b[r] = __ldcs(reinterpret_cast<const float4*>(vcol + u * n));
+        }
+      }
+      asm volatile("" ::: "memory");
+      if (!waited) {
+        grid_dependency_wait();
+        allow_dependent_launch();
+        waited = true;
+      }
+      int s = bs, wo = 0;
+      if (whole) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const int c = wo * M + idx[r];
+          if (++s == N) {
+            s = 0;
+            ++wo;
+          }
+#pragma unroll
+          for (int i = 0; i < MR; ++i) {
+            const float a = i < m ? __ldg(xw + c + i * ldx) : 0.f;
+            acc[i][0] = fmaf(a, b[r].x, acc[i][0]);
+            acc[i][1] = fmaf(a, b[r].y, acc[i][1]);
+            acc[i][2] = fmaf(a, b[r].z, acc[i][2]);
+            acc[i][3] = fmaf(a, b[r].w, acc[i][3]);
+          }
+        }
+      } else {
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const bool ok = ub + r < u_end;
+          if (!ok) b[r] = make_float4(0.f, 0.f, 0.f, 0.f);
+          const int c = ok ? wo * M + idx[r] : 0;
+          if (++s == N) {
+            s = 0;
+            ++wo;
+          }
+#pragma unroll
+          for (int i = 0; i < MR; ++i) {
+            const float a = i < m ? __ldg(xw + c + i * ldx) : 0.f;
+            acc[i][0] = fmaf(a, b[r].x, acc[i][0]);
+            acc[i][1] = fmaf(a, b[r].y, acc[i][1]);
+            acc[i][2] = fmaf(a, b[r].z, acc[i][2]);
+            acc[i][3] = fmaf(a, b[r].w, acc[i][3]);
+          }
+        }
+      }
+      bs += step_s;
+      xw += static_cast<int64_t>(step_w) * M;
+      if (bs >= N) {
+        bs -= N;
+        xw += M;
+      }
+    }
+  }
+  if (!LEAN && col_ok) {
     const float* const vcol = p.values + col;
     const uint8_t* const icol = p.indices + col / p.L;
     for (int64_t ub = g0 * N + static_cast<int64_t>(warp) * R; ub < u_end; ub += static_cast<int64_t>(W) * R) {
@@ -130,20 +216,28 @@ __global__ void __launch_bounds__(W * 32) spmm_decode_cluster_kernel(const SpmmP
 }
 
 // Clusters of more than 8 blocks are non-portable: allowed once per kernel and device.
-template <int MR, int W>
+template <int MR, int W, bool LEAN = false>
 cudaError_t allow_large_clusters() {
   static bool configured[kMaxDevices] = {};
-  return allow_large_clusters_once(configured, spmm_decode_cluster_kernel<MR, W>);
+  return allow_large_clusters_once(configured, spmm_decode_cluster_kernel<MR, W, LEAN>);
 }
 
-template <int MR, int W>
-cudaError_t launch_one(const SpmmParams& p, cudaStream_t stream) {
+template <int MR, int W, bool LEAN>
+cudaError_t launch_one_lean(const SpmmParams& p, cudaStream_t stream) {
   if (p.split_k > 8) {
-    const cudaError_t err = allow_large_clusters<MR, W>();
+    const cudaError_t err = allow_large_clusters<MR, W, LEAN>();
     if (err != cudaSuccess) return err;
   }
-  return launch_split_k_clusters(spmm_decode_cluster_kernel<MR, W>, p, (p.n + kClusterCols - 1) / kClusterCols,
-                                 W * 32, 0, stream);
+  return launch_split_k_clusters(spmm_decode_cluster_kernel<MR, W, LEAN>, p,
+                                 (p.n + kClusterCols - 1) / kClusterCols, W * 32, 0, stream);
+}
+
+// Experiment switch, read per call: NMSPMM_DECODE_LEAN=1 runs the LEAN kernels.
+template <int MR, int W>
+cudaError_t launch_one(const SpmmParams& p, cudaStream_t stream) {
+  const char* e = std::getenv("NMSPMM_DECODE_LEAN");
+  if (e != nullptr && e[0] == '1') return launch_one_lean<MR, W, true>(p, stream);
+  return launch_one_lean<MR, W, false>(p, stream);
 }
 
 template <int MR>
@@ -173,7 +267,7 @@ cudaError_t decode_cluster_max_size(int* size) {
   cfg.attrs = attr;
   cfg.numAttrs = 1;
   int clusters = 0;
-  err = cudaOccupancyMaxActiveClusters(&clusters, spmm_decode_cluster_kernel<1, 4>, &cfg);
+  err = cudaOccupancyMaxActiveClusters(&clusters, spmm_decode_cluster_kernel<1, 4, false>, &cfg);
   if (err != cudaSuccess) return err;
   if (clusters < 1) return cudaSuccess;
   bool staged_ok = false;
