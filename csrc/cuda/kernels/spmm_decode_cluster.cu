@@ -81,23 +81,22 @@ __global__ void __launch_bounds__(W * 32) spmm_decode_cluster_kernel(const SpmmP
     const uint8_t* irow = icol + ub * q;
     const int64_t vstep = static_cast<int64_t>(kStep) * n, istep = static_cast<int64_t>(kStep) * q;
     for (; ub < u_end; ub += kStep, vrow += vstep, irow += istep) {
+      // Rows past u_end (the last batch) load nothing, weigh zero and read x at the batch start.
+      const int64_t left64 = u_end - ub;
+      const int left = left64 < R ? static_cast<int>(left64) : R;
       int idx[R];
       float4 b[R];
-      const bool whole = ub + R <= u_end;
-      if (whole) {
+      {
         const uint8_t* ip = irow;
         const float* vp = vrow;
 #pragma unroll
         for (int r = 0; r < R; ++r, ip += q, vp += n) {
-          idx[r] = __ldg(ip);
-          b[r] = __ldcs(reinterpret_cast<const float4*>(vp));
-        }
-      } else {
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-          const int64_t u = ub + r < u_end ? ub + r : u_end - 1;
-          idx[r] = __ldg(icol + u * q);
-          b[r] = __ldcs(reinterpret_cast<const float4*>(vcol + u * n));
+          idx[r] = 0;
+          b[r] = make_float4(0.f, 0.f, 0.f, 0.f);
+          if (r < left) {
+            idx[r] = __ldg(ip);
+            b[r] = __ldcs(reinterpret_cast<const float4*>(vp));
+          }
         }
       }
       asm volatile("" ::: "memory");
@@ -107,41 +106,20 @@ __global__ void __launch_bounds__(W * 32) spmm_decode_cluster_kernel(const SpmmP
         waited = true;
       }
       int s = bs, wo = 0;
-      if (whole) {
 #pragma unroll
-        for (int r = 0; r < R; ++r) {
-          const int c = wo * M + idx[r];
-          if (++s == N) {
-            s = 0;
-            ++wo;
-          }
-#pragma unroll
-          for (int i = 0; i < MR; ++i) {
-            const float a = i < m ? __ldg(xw + c + i * ldx) : 0.f;
-            acc[i][0] = fmaf(a, b[r].x, acc[i][0]);
-            acc[i][1] = fmaf(a, b[r].y, acc[i][1]);
-            acc[i][2] = fmaf(a, b[r].z, acc[i][2]);
-            acc[i][3] = fmaf(a, b[r].w, acc[i][3]);
-          }
+      for (int r = 0; r < R; ++r) {
+        const int c = r < left ? wo * M + idx[r] : 0;
+        if (++s == N) {
+          s = 0;
+          ++wo;
         }
-      } else {
 #pragma unroll
-        for (int r = 0; r < R; ++r) {
-          const bool ok = ub + r < u_end;
-          if (!ok) b[r] = make_float4(0.f, 0.f, 0.f, 0.f);
-          const int c = ok ? wo * M + idx[r] : 0;
-          if (++s == N) {
-            s = 0;
-            ++wo;
-          }
-#pragma unroll
-          for (int i = 0; i < MR; ++i) {
-            const float a = i < m ? __ldg(xw + c + i * ldx) : 0.f;
-            acc[i][0] = fmaf(a, b[r].x, acc[i][0]);
-            acc[i][1] = fmaf(a, b[r].y, acc[i][1]);
-            acc[i][2] = fmaf(a, b[r].z, acc[i][2]);
-            acc[i][3] = fmaf(a, b[r].w, acc[i][3]);
-          }
+        for (int i = 0; i < MR; ++i) {
+          const float a = i < m ? __ldg(xw + c + i * ldx) : 0.f;
+          acc[i][0] = fmaf(a, b[r].x, acc[i][0]);
+          acc[i][1] = fmaf(a, b[r].y, acc[i][1]);
+          acc[i][2] = fmaf(a, b[r].z, acc[i][2]);
+          acc[i][3] = fmaf(a, b[r].w, acc[i][3]);
         }
       }
       bs += step_s;

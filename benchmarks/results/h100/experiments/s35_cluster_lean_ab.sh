@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Session 35: A/B of the cluster decode kernels (12-14, m <= 2) with lean whole batches (per-call
 # switch NMSPMM_DECODE_LEAN=1: no per-row bounds in a whole batch, rows and windows walked
-# incrementally; SASS batch loop 844 -> 324 instructions at m = 1, ~1010 -> 528 at m = 2) against the
+# incrementally; v2: one batch body for whole and last batches, SASS batch loop 844 -> ~500 instructions at m = 1, ~1010 -> ~700 at m = 2; v1 (two bodies) in s35/cluster_lean_ab_v1.*) against the
 # plain kernels, in one build. Then the cluster kernels' tests and memcheck with it on.
 #   bash benchmarks/results/h100/experiments/s35_cluster_lean_ab.sh   (GPU machine, repo root)
 set -u
@@ -11,7 +11,7 @@ t0=$(date +%s)
 python3 -m pip install --no-build-isolation --no-deps -e . > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
 echo "build $(( $(date +%s) - t0 )) s"
 timeout 240 python3 tools/ab_decode_variants.py --env NMSPMM_DECODE_LEAN --variants 0,1 --ms 1,2 \
-  --plans auto --rounds 3 --out "$OUT" > "$OUT/ab_cluster_lean.txt" 2>&1
+  --plans auto --rounds 4 --out "$OUT" > "$OUT/ab_cluster_lean.txt" 2>&1
 echo "ab rc=$? $(( $(date +%s) - t0 )) s"; grep -E "^v1 auto|target|bitwise|failures" "$OUT/ab_cluster_lean.txt"
 NMSPMM_DECODE_LEAN=1 timeout 150 python3 -m pytest -q --no-header -p no:cacheprovider tests/test_cuda_kernels.py \
   -k "k12- or k13- or k14- or llama_shapes or back_to_back or weight_written or graph" > "$OUT/tests_cluster_lean.txt" 2>&1
