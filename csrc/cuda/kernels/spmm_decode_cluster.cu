@@ -34,9 +34,8 @@ namespace {
 constexpr int kClusterCols = 128;  // output columns per warp and per block (32 lanes x 4)
 constexpr int kBatchRows = 16;     // compressed rows per warp batch
 
-// MR: rows of x (1 or 2); W: warps per block. LEAN (experiment): whole batches without per-row
-// bounds, rows and windows walked incrementally (no 64-bit multiply or division per batch).
-template <int MR, int W, bool LEAN>
+// MR: rows of x (1 or 2); W: warps per block. XPLAIN (experiment): x read by plain loads, not __ldg.
+template <int MR, int W, bool XPLAIN>
 __global__ void __launch_bounds__(W * 32) spmm_decode_cluster_kernel(const SpmmParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
   __trap();  // launch_decode_cluster refuses devices without clusters; never reached
@@ -68,69 +67,7 @@ __global__ void __launch_bounds__(W * 32) spmm_decode_cluster_kernel(const SpmmP
   // still run (the binding launches so only when that kernel cannot have written the weight);
   // x is read and y written after it.
   bool waited = false;
-  if (LEAN && col_ok) {
-    const float* const vcol = p.values + col;
-    const uint8_t* const icol = p.indices + col / p.L;
-    constexpr int kStep = W * R;  // rows from one batch of a warp to its next
-    const int step_w = kStep / N, step_s = kStep % N;
-    int64_t ub = g0 * N + static_cast<int64_t>(warp) * R;
-    // Row ub is position bs of window gw: x of the batch from xw, weight and index rows from vrow, irow.
-    int bs = (warp * R) % N;
-    const float* xw = p.x + (g0 + (warp * R) / N) * M;
-    const float* vrow = vcol + ub * n;
-    const uint8_t* irow = icol + ub * q;
-    const int64_t vstep = static_cast<int64_t>(kStep) * n, istep = static_cast<int64_t>(kStep) * q;
-    for (; ub < u_end; ub += kStep, vrow += vstep, irow += istep) {
-      // Rows past u_end (the last batch) load nothing, weigh zero and read x at the batch start.
-      const int64_t left64 = u_end - ub;
-      const int left = left64 < R ? static_cast<int>(left64) : R;
-      int idx[R];
-      float4 b[R];
-      {
-        const uint8_t* ip = irow;
-        const float* vp = vrow;
-#pragma unroll
-        for (int r = 0; r < R; ++r, ip += q, vp += n) {
-          idx[r] = 0;
-          b[r] = make_float4(0.f, 0.f, 0.f, 0.f);
-          if (r < left) {
-            idx[r] = __ldg(ip);
-            b[r] = __ldcs(reinterpret_cast<const float4*>(vp));
-          }
-        }
-      }
-      asm volatile("" ::: "memory");
-      if (!waited) {
-        grid_dependency_wait();
-        allow_dependent_launch();
-        waited = true;
-      }
-      int s = bs, wo = 0;
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        const int c = r < left ? wo * M + idx[r] : 0;
-        if (++s == N) {
-          s = 0;
-          ++wo;
-        }
-#pragma unroll
-        for (int i = 0; i < MR; ++i) {
-          const float a = i < m ? __ldg(xw + c + i * ldx) : 0.f;
-          acc[i][0] = fmaf(a, b[r].x, acc[i][0]);
-          acc[i][1] = fmaf(a, b[r].y, acc[i][1]);
-          acc[i][2] = fmaf(a, b[r].z, acc[i][2]);
-          acc[i][3] = fmaf(a, b[r].w, acc[i][3]);
-        }
-      }
-      bs += step_s;
-      xw += static_cast<int64_t>(step_w) * M;
-      if (bs >= N) {
-        bs -= N;
-        xw += M;
-      }
-    }
-  }
-  if (!LEAN && col_ok) {
+  if (col_ok) {
     const float* const vcol = p.values + col;
     const uint8_t* const icol = p.indices + col / p.L;
     for (int64_t ub = g0 * N + static_cast<int64_t>(warp) * R; ub < u_end; ub += static_cast<int64_t>(W) * R) {
@@ -167,7 +104,7 @@ __global__ void __launch_bounds__(W * 32) spmm_decode_cluster_kernel(const SpmmP
         }
 #pragma unroll
         for (int i = 0; i < MR; ++i) {
-          const float a = i < m ? __ldg(xb + c + i * ldx) : 0.f;
+          const float a = i < m ? (XPLAIN ? xb[c + i * ldx] : __ldg(xb + c + i * ldx)) : 0.f;
           acc[i][0] = fmaf(a, b[r].x, acc[i][0]);
           acc[i][1] = fmaf(a, b[r].y, acc[i][1]);
           acc[i][2] = fmaf(a, b[r].z, acc[i][2]);
@@ -194,28 +131,28 @@ __global__ void __launch_bounds__(W * 32) spmm_decode_cluster_kernel(const SpmmP
 }
 
 // Clusters of more than 8 blocks are non-portable: allowed once per kernel and device.
-template <int MR, int W, bool LEAN = false>
+template <int MR, int W, bool XPLAIN = false>
 cudaError_t allow_large_clusters() {
   static bool configured[kMaxDevices] = {};
-  return allow_large_clusters_once(configured, spmm_decode_cluster_kernel<MR, W, LEAN>);
+  return allow_large_clusters_once(configured, spmm_decode_cluster_kernel<MR, W, XPLAIN>);
 }
 
-template <int MR, int W, bool LEAN>
-cudaError_t launch_one_lean(const SpmmParams& p, cudaStream_t stream) {
+template <int MR, int W, bool XPLAIN>
+cudaError_t launch_one_x(const SpmmParams& p, cudaStream_t stream) {
   if (p.split_k > 8) {
-    const cudaError_t err = allow_large_clusters<MR, W, LEAN>();
+    const cudaError_t err = allow_large_clusters<MR, W, XPLAIN>();
     if (err != cudaSuccess) return err;
   }
-  return launch_split_k_clusters(spmm_decode_cluster_kernel<MR, W, LEAN>, p,
+  return launch_split_k_clusters(spmm_decode_cluster_kernel<MR, W, XPLAIN>, p,
                                  (p.n + kClusterCols - 1) / kClusterCols, W * 32, 0, stream);
 }
 
-// Experiment switch, read per call: NMSPMM_DECODE_LEAN=1 runs the LEAN kernels.
+// Experiment switch, read per call: NMSPMM_DECODE_XPLAIN=1 reads x by plain loads.
 template <int MR, int W>
 cudaError_t launch_one(const SpmmParams& p, cudaStream_t stream) {
-  const char* e = std::getenv("NMSPMM_DECODE_LEAN");
-  if (e != nullptr && e[0] == '1') return launch_one_lean<MR, W, true>(p, stream);
-  return launch_one_lean<MR, W, false>(p, stream);
+  const char* e = std::getenv("NMSPMM_DECODE_XPLAIN");
+  if (e != nullptr && e[0] == '1') return launch_one_x<MR, W, true>(p, stream);
+  return launch_one_x<MR, W, false>(p, stream);
 }
 
 template <int MR>
