@@ -5,7 +5,8 @@
 //  * a warp owns 128 output columns (4 per lane, one float4 of `values` per compressed row) and
 //    walks its share of the block's compressed rows in batches of 16; a batch issues its 16 index
 //    loads and 16 weight loads before anything waits, then gathers x straight from global memory
-//    (x is one or two rows that stay in L1/L2: no staging, no barrier in the main loop);
+//    by plain loads (x is one or two rows that stay in L1/L2: no staging, no barrier in the main
+//    loop);
 //  * the block's W warps split the block's k-range, and the cluster's CS blocks (gridDim.y == CS,
 //    one cluster per 128-column tile) split k, so a layer with few columns still fills the GPU;
 //  * the partial sums are reduced in a fixed order, first over the warps through shared memory,
@@ -19,7 +20,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstdlib>
 
 #include "cluster_reduce.cuh"
 #include "launch_overlap.cuh"
@@ -34,8 +34,8 @@ namespace {
 constexpr int kClusterCols = 128;  // output columns per warp and per block (32 lanes x 4)
 constexpr int kBatchRows = 16;     // compressed rows per warp batch
 
-// MR: rows of x (1 or 2); W: warps per block. XPLAIN (experiment): x read by plain loads, not __ldg.
-template <int MR, int W, bool XPLAIN>
+// MR: rows of x (1 or 2); W: warps per block.
+template <int MR, int W>
 __global__ void __launch_bounds__(W * 32) spmm_decode_cluster_kernel(const SpmmParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
   __trap();  // launch_decode_cluster refuses devices without clusters; never reached
@@ -104,7 +104,10 @@ __global__ void __launch_bounds__(W * 32) spmm_decode_cluster_kernel(const SpmmP
         }
 #pragma unroll
         for (int i = 0; i < MR; ++i) {
-          const float a = i < m ? (XPLAIN ? xb[c + i * ldx] : __ldg(xb + c + i * ldx)) : 0.f;
+          // A plain load, not __ldg: x is the previous kernel's output, and an invariant load may
+          // be hoisted above grid_dependency_wait() (session 35 saw a variant of this loop
+          // compiled so; its chained-calls test failed).
+          const float a = i < m ? xb[c + i * ldx] : 0.f;
           acc[i][0] = fmaf(a, b[r].x, acc[i][0]);
           acc[i][1] = fmaf(a, b[r].y, acc[i][1]);
           acc[i][2] = fmaf(a, b[r].z, acc[i][2]);
@@ -131,28 +134,20 @@ __global__ void __launch_bounds__(W * 32) spmm_decode_cluster_kernel(const SpmmP
 }
 
 // Clusters of more than 8 blocks are non-portable: allowed once per kernel and device.
-template <int MR, int W, bool XPLAIN = false>
+template <int MR, int W>
 cudaError_t allow_large_clusters() {
   static bool configured[kMaxDevices] = {};
-  return allow_large_clusters_once(configured, spmm_decode_cluster_kernel<MR, W, XPLAIN>);
+  return allow_large_clusters_once(configured, spmm_decode_cluster_kernel<MR, W>);
 }
 
-template <int MR, int W, bool XPLAIN>
-cudaError_t launch_one_x(const SpmmParams& p, cudaStream_t stream) {
-  if (p.split_k > 8) {
-    const cudaError_t err = allow_large_clusters<MR, W, XPLAIN>();
-    if (err != cudaSuccess) return err;
-  }
-  return launch_split_k_clusters(spmm_decode_cluster_kernel<MR, W, XPLAIN>, p,
-                                 (p.n + kClusterCols - 1) / kClusterCols, W * 32, 0, stream);
-}
-
-// Experiment switch, read per call: NMSPMM_DECODE_XPLAIN=1 reads x by plain loads.
 template <int MR, int W>
 cudaError_t launch_one(const SpmmParams& p, cudaStream_t stream) {
-  const char* e = std::getenv("NMSPMM_DECODE_XPLAIN");
-  if (e != nullptr && e[0] == '1') return launch_one_x<MR, W, true>(p, stream);
-  return launch_one_x<MR, W, false>(p, stream);
+  if (p.split_k > 8) {
+    const cudaError_t err = allow_large_clusters<MR, W>();
+    if (err != cudaSuccess) return err;
+  }
+  return launch_split_k_clusters(spmm_decode_cluster_kernel<MR, W>, p, (p.n + kClusterCols - 1) / kClusterCols,
+                                 W * 32, 0, stream);
 }
 
 template <int MR>
@@ -182,7 +177,7 @@ cudaError_t decode_cluster_max_size(int* size) {
   cfg.attrs = attr;
   cfg.numAttrs = 1;
   int clusters = 0;
-  err = cudaOccupancyMaxActiveClusters(&clusters, spmm_decode_cluster_kernel<1, 4, false>, &cfg);
+  err = cudaOccupancyMaxActiveClusters(&clusters, spmm_decode_cluster_kernel<1, 4>, &cfg);
   if (err != cudaSuccess) return err;
   if (clusters < 1) return cudaSuccess;
   bool staged_ok = false;
