@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Session 35, final code (session 30 prefill kernels; staged decode kernels with whole-batch path): build (sm_90a), every GPU test file, compute-sanitizer memcheck / racecheck /
-# synccheck of the staged decode kernels 15-17.
+# synccheck of the decode kernels 12-17 (cluster and staged; both changed in session 35).
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT/gpu_tests"
 export TORCH_CUDA_ARCH_LIST=9.0a MAX_JOBS=16 HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
@@ -14,7 +14,7 @@ for f in tests/test_*.py; do
   echo "$name rc=$? $(tail -1 "$OUT/gpu_tests/gpu_$name.txt") ($(( $(date +%s) - t0 )) s)"
 done
 for tool in memcheck racecheck synccheck; do
-  NMSPMM_SANITIZE_KERNELS=15,16,17 timeout 90 compute-sanitizer --tool $tool --print-limit 20 python3 tools/sanitize_run.py > "$OUT/gpu_tests/sanitizer_${tool}_s35.txt" 2>&1
+  NMSPMM_SANITIZE_KERNELS=12,13,14,15,16,17 timeout 90 compute-sanitizer --tool $tool --print-limit 20 python3 tools/sanitize_run.py > "$OUT/gpu_tests/sanitizer_${tool}_s35.txt" 2>&1
   echo "$tool rc=$? $(tail -1 "$OUT/gpu_tests/sanitizer_${tool}_s35.txt") ($(( $(date +%s) - t0 )) s)"
 done
 cd "$OUT" && tar czf gpu_tests.tgz gpu_tests && rm -rf gpu_tests
