@@ -21,7 +21,7 @@ from collections import defaultdict
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
-from decode_sweep import graph_us, weight_copies  # noqa: E402
+from decode_sweep import dense_copies, graph_us, weight_copies  # noqa: E402
 from kernel_check import NAMES, make  # noqa: E402
 
 ops = torch.ops.nmspmm
@@ -49,9 +49,8 @@ def main():
         shapes = [tuple(int(v) for v in sh.split("x")) for sh in a.shape_list.split(",")]
     rows, bad, differ = [], 0, 0
     for n, k in shapes:
-        wd = torch.randn(n, k, device="cuda")
-        dcopies = max(2, math.ceil(4 * l2 / (n * k * 4)))
-        dense = [wd] + [wd.clone() for _ in range(dcopies - 1)]
+        dense = dense_copies(n, k, l2)
+        dcopies = len(dense)
         for pat in a.patterns.split(","):
             N, M = map(int, pat.split(":"))
             p, wdn = make(n, k, N, M, 32)

@@ -38,6 +38,14 @@ def weight_copies(p, l2):
     return ps, wbytes, max(copies, 32)
 
 
+def dense_copies(n, k, l2):
+    """A dense fp32 weight [n, k] and clones of it, >= 4x L2 in all (at least 2), for the cuBLAS
+    baseline timed the same way as the sparse calls."""
+    wd = torch.randn(n, k, device="cuda")
+    copies = max(2, math.ceil(4 * l2 / (n * k * 4)))
+    return [wd] + [wd.clone() for _ in range(copies - 1)]
+
+
 def graph_us(calls, reps=5):
     """Per-call microseconds of the callables, run back to back from one CUDA graph."""
     s = torch.cuda.Stream()
@@ -85,9 +93,8 @@ def main():
     if args.shape_list:
         shapes = [tuple(int(v) for v in sh.split("x")) for sh in args.shape_list.split(",")]
     for n, k in shapes:
-        wd = torch.randn(n, k, device="cuda")
-        dcopies = max(2, math.ceil(4 * l2 / (n * k * 4)))
-        dense = [wd] + [wd.clone() for _ in range(dcopies - 1)]
+        dense = dense_copies(n, k, l2)
+        dcopies = len(dense)
         for pat in args.patterns.split(","):
             N, M = map(int, pat.split(":"))
             p, wdn = make(n, k, N, M, 32)
