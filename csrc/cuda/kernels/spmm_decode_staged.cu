@@ -147,6 +147,19 @@ __global__ void __launch_bounds__(kStagedWarps * 32, 2) spmm_decode_staged_kerne
   const int first_w = kw * D / N, first_s = kw * D - first_w * N;
   const int step_w = KW * D / N, step_s = KW * D - step_w * N;
 
+  // One compressed row's FMAs: acc[i][:] += x[i][c] * the row's 4 weights, for the MR rows of x in
+  // the chunk buffer xc.
+  auto fma_row = [&](const float* xc, int c, const float4& w) {
+#pragma unroll
+    for (int i = 0; i < MR; ++i) {
+      const float a = xc[i * XC + c];
+      acc[i][0] = fmaf(a, w.x, acc[i][0]);
+      acc[i][1] = fmaf(a, w.y, acc[i][1]);
+      acc[i][2] = fmaf(a, w.z, acc[i][2]);
+      acc[i][3] = fmaf(a, w.w, acc[i][3]);
+    }
+  };
+
   int idx[D];
   float4 b[D];
   // The first batch of chunk 0 reads only the weight: with programmatic dependent launch
@@ -190,14 +203,7 @@ __global__ void __launch_bounds__(kStagedWarps * 32, 2) spmm_decode_staged_kerne
             s = 0;
             cbase += M;
           }
-#pragma unroll
-          for (int i = 0; i < MR; ++i) {
-            const float a = xc[i * XC + c];
-            acc[i][0] = fmaf(a, b[r].x, acc[i][0]);
-            acc[i][1] = fmaf(a, b[r].y, acc[i][1]);
-            acc[i][2] = fmaf(a, b[r].z, acc[i][2]);
-            acc[i][3] = fmaf(a, b[r].w, acc[i][3]);
-          }
+          fma_row(xc, c, b[r]);
         }
       } else {
 #pragma unroll
@@ -216,14 +222,7 @@ __global__ void __launch_bounds__(kStagedWarps * 32, 2) spmm_decode_staged_kerne
             b[r] = __ldcs(reinterpret_cast<const float4*>(vnext + r * n));
             asm volatile("" ::: "memory");
           }
-#pragma unroll
-          for (int i = 0; i < MR; ++i) {
-            const float a = xc[i * XC + c];
-            acc[i][0] = fmaf(a, br.x, acc[i][0]);
-            acc[i][1] = fmaf(a, br.y, acc[i][1]);
-            acc[i][2] = fmaf(a, br.z, acc[i][2]);
-            acc[i][3] = fmaf(a, br.w, acc[i][3]);
-          }
+          fma_row(xc, c, br);
         }
       }
       // The whole-batch kernels load the next batch here: a whole one through the carried
