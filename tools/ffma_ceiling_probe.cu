@@ -13,8 +13,9 @@
 //           (kernel 21's D_s), so each A load waits on an LDS + add, as in kernel 21.
 // Prints per variant: time, FFMA lanes per SM per cycle, % of FP32 peak at the clock measured inside
 // the kernel (clock64 over globaltimer, block 0), and a checksum (the same data gives the same sum
-// in every variant: a check that the loop did its FMAs).
+// as long as the loop does its FMAs; lds and gather visit the same rows in another order).
 //   nvcc -std=c++17 -O3 -arch=sm_90a -o /tmp/ffma_ceiling tools/ffma_ceiling_probe.cu
+// (-DFFMA_ORDER_SERPENTINE=1: the FMAs of a fragment in 2x2 blocks, serpentine)
 //   /tmp/ffma_ceiling [iters]
 #include <cuda_runtime.h>
 
@@ -108,10 +109,26 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   };
   auto fma_frag = [&](const Frag& f) {
+#if FFMA_ORDER_SERPENTINE
+    // 2x2 blocks walked in a serpentine, each FMA sharing one operand with the one before (cuBLAS's
+    // order, whose SASS reuses both operands).
+#pragma unroll
+    for (int i = 0; i < 16; i += 2)
+#pragma unroll
+      for (int jj = 0; jj < 8; jj += 2) {
+        const int j = (i / 2) % 2 ? 6 - jj : jj;
+        acc[i][j] = fmaf(f.a[i], f.b[j], acc[i][j]);
+        acc[i][j + 1] = fmaf(f.a[i], f.b[j + 1], acc[i][j + 1]);
+        acc[i + 1][j + 1] = fmaf(f.a[i + 1], f.b[j + 1], acc[i + 1][j + 1]);
+        acc[i + 1][j] = fmaf(f.a[i + 1], f.b[j], acc[i + 1][j]);
+      }
+#else
+    // Kernel 21's order: 16 A values outer, 8 B values inner.
 #pragma unroll
     for (int i = 0; i < 16; ++i)
 #pragma unroll
       for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(f.a[i], f.b[j], acc[i][j]);
+#endif
   };
   auto offsets = [&](int g) {
     if (V == kGather) return *reinterpret_cast<const int4*>(d_w + 4 * g);
