@@ -10,7 +10,8 @@
 //   lds     per k-row, the A fragment as 4 LDS.128 and the B fragment as 2 LDS.128 (conflict-free,
 //           1 wavefront each: fewer than kernel 21's 2);
 //   gather  as lds, but the A row's byte offset is first read from a per-warp table in shared memory
-//           (kernel 21's D_s), so each A load waits on an LDS + add, as in kernel 21.
+//           (kernel 21's D_s), so each A load waits on an LDS + add, as in kernel 21;
+//   k21map  as gather, with kernel 21's warp tile (128 m x 32 n) and lane map.
 // Prints per variant: time, FFMA lanes per SM per cycle, % of FP32 peak at the clock measured inside
 // the kernel (clock64 over globaltimer, block 0), and a checksum (the same data gives the same sum
 // as long as the loop does its FMAs; lds and gather visit the same rows in another order).
@@ -38,7 +39,7 @@ constexpr int BM = 128;      // block tile m
 constexpr int BN = 256;      // block tile n
 constexpr int kThreads = 256;
 
-enum Variant { kRegs = 0, kLds = 1, kGather = 2 };
+enum Variant { kRegs = 0, kLds = 1, kGather = 2, kK21 = 3 };
 
 template <int V>
 __global__ void __launch_bounds__(kThreads, 1)
@@ -55,8 +56,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
 
   const int wm = warp / 4, wn = warp % 4, lm = lane / 8, ln = lane % 8;
-  const int a_col = wm * 64 + lm * 4;  // + {0, 16, 32, 48}
-  const int b_col = wn * 64 + ln * 4;  // + {0, 32}
+  // kK21: kernel 21's warp tile (128 m x 32 n: one L = 32 vector per warp) and lane map (paired
+  // lanes: lanes 2i and 2i + 1 share their A address, lanes i and i ^ 2 their B address).
+  const int a_col = V == kK21 ? ((lane >> 1) & 7) * 4 : wm * 64 + lm * 4;  // + a_step * {0, 1, 2, 3}
+  const int a_step = V == kK21 ? 32 : 16;
+  const int b_col = V == kK21 ? warp * 32 + ((lane & 1) | ((lane >> 4) << 1)) * 4 : wn * 64 + ln * 4;  // + {0, b_step}
+  const int b_step = V == kK21 ? 16 : 32;
   const char* a_base = reinterpret_cast<const char*>(a_s) + a_col * 4;
   const int* d_w = d_s + warp * KR;
 
@@ -69,12 +74,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   float ra[16], rb[8];  // kRegs: fragments loaded once
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const float4 v = *reinterpret_cast<const float4*>(a_s + a_col + 16 * i);
+    const float4 v = *reinterpret_cast<const float4*>(a_s + a_col + a_step * i);
     ra[4 * i] = v.x, ra[4 * i + 1] = v.y, ra[4 * i + 2] = v.z, ra[4 * i + 3] = v.w;
   }
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    const float4 v = *reinterpret_cast<const float4*>(b_s + b_col + 32 * i);
+    const float4 v = *reinterpret_cast<const float4*>(b_s + b_col + b_step * i);
     rb[4 * i] = v.x, rb[4 * i + 1] = v.y, rb[4 * i + 2] = v.z, rb[4 * i + 3] = v.w;
   }
 
@@ -99,12 +104,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     const char* arow = a_base + a_off;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const float4 v = *reinterpret_cast<const float4*>(arow + 64 * i);
+      const float4 v = *reinterpret_cast<const float4*>(arow + 4 * a_step * i);
       f.a[4 * i] = v.x, f.a[4 * i + 1] = v.y, f.a[4 * i + 2] = v.z, f.a[4 * i + 3] = v.w;
     }
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      const float4 v = *reinterpret_cast<const float4*>(b_s + k * BN + b_col + 32 * i);
+      const float4 v = *reinterpret_cast<const float4*>(b_s + k * BN + b_col + b_step * i);
       f.b[4 * i] = v.x, f.b[4 * i + 1] = v.y, f.b[4 * i + 2] = v.z, f.b[4 * i + 3] = v.w;
     }
   };
@@ -131,7 +136,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
   };
   auto offsets = [&](int g) {
-    if (V == kGather) return *reinterpret_cast<const int4*>(d_w + 4 * g);
+    if (V == kGather || V == kK21) return *reinterpret_cast<const int4*>(d_w + 4 * g);
     return make_int4((4 * g) * BM * 4, (4 * g + 1) * BM * 4, (4 * g + 2) * BM * 4, (4 * g + 3) * BM * 4);
   };
 #pragma unroll 1
@@ -231,6 +236,7 @@ int main(int argc, char** argv) {
     run<kRegs>("regs", sms, iters, a, b, out, clk);
     run<kLds>("lds", sms, iters, a, b, out, clk);
     run<kGather>("gather", sms, iters, a, b, out, clk);
+    run<kK21>("k21map", sms, iters, a, b, out, clk);
   }
   return 0;
 }

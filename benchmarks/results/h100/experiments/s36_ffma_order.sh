@@ -8,3 +8,5 @@ for r in 1 2; do
   echo "== rows-major (kernel 21's order), run $r"; /tmp/ffma_rows 10000
   echo "== 2x2 serpentine, run $r"; /tmp/ffma_serp 10000
 done 2>&1 | tee $OUT/s36_ffma_order.txt
+# Run twice: s36/s36_ffma_order.txt (variants regs, lds, gather), then with the k21map variant added
+# (s36/s36_ffma_order_k21map.txt).
