@@ -4,7 +4,8 @@
 // of the loop alone as ptxas compiles it.
 //
 // One block of 8 warps (256 threads, launch bounds 1 block per SM: 2 warps per scheduler, as kernel
-// 21's math warps) per SM; every thread holds a 16 (m) x 8 (n) accumulator tile and runs
+// 21's math warps) per SM; every thread holds a 16 (m) x 8 (n) accumulator tile (the *8x8 variants:
+// 16 warps with 8 x 8 tiles, 4 warps per scheduler, as the warp-packed kernels) and runs
 // `iters` passes over KR = 16 k-rows held in shared memory, fully unrolled per pass. Variants:
 //   regs    the FFMAs alone: the fragments stay in registers (no loads in the loop);
 //   lds     per k-row, the A fragment as 4 LDS.128 and the B fragment as 2 LDS.128 (conflict-free,
@@ -37,43 +38,47 @@
 constexpr int KR = 16;       // k-rows per pass (kernel 21's 16-row stage)
 constexpr int BM = 128;      // block tile m
 constexpr int BN = 256;      // block tile n
-constexpr int kThreads = 256;
+constexpr int kMaxThreads = 512;
 
 enum Variant { kRegs = 0, kLds = 1, kGather = 2, kK21 = 3 };
 
-template <int V>
-__global__ void __launch_bounds__(kThreads, 1)
+// TM: rows of the thread tile (16: kernel 21's 16 x 8, 256 threads = 2 warps per scheduler; 8: 8 x 8,
+// 512 threads = 4 warps per scheduler). The block tile is 128 x 256 either way.
+template <int V, int TM>
+__global__ void __launch_bounds__(256 * 16 / TM, 1)
     ffma_ceiling_kernel(const float* __restrict__ a_in, const float* __restrict__ b_in, int iters,
                         float* __restrict__ out, long long* __restrict__ clocks) {
   __shared__ __align__(16) float a_s[KR * BM];
   __shared__ __align__(16) float b_s[KR * BN];
-  __shared__ __align__(16) int d_s[8 * KR];  // per warp: byte offset of each k-row's A row in a_s
+  constexpr int kThreads = 256 * 16 / TM;
+  static_assert(V != kK21 || TM == 16, "kernel 21's lane map is for its 16 x 8 tile");
+  __shared__ __align__(16) int d_s[kThreads / 32 * KR];  // per warp: byte offset of each k-row's A row in a_s
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   for (int i = tid; i < KR * BM; i += kThreads) a_s[i] = a_in[i];
   for (int i = tid; i < KR * BN; i += kThreads) b_s[i] = b_in[i];
   // Warp w reads its rows in a permuted order (a gather, as kernel 21's D_s makes it).
-  if (tid < 8 * KR) d_s[tid] = ((tid % KR) * 5 + tid / KR) % KR * BM * 4;
+  if (tid < kThreads / 32 * KR) d_s[tid] = ((tid % KR) * 5 + tid / KR) % KR * BM * 4;
   __syncthreads();
 
   const int wm = warp / 4, wn = warp % 4, lm = lane / 8, ln = lane % 8;
   // kK21: kernel 21's warp tile (128 m x 32 n: one L = 32 vector per warp) and lane map (paired
   // lanes: lanes 2i and 2i + 1 share their A address, lanes i and i ^ 2 their B address).
-  const int a_col = V == kK21 ? ((lane >> 1) & 7) * 4 : wm * 64 + lm * 4;  // + a_step * {0, 1, 2, 3}
+  const int a_col = V == kK21 ? ((lane >> 1) & 7) * 4 : wm * 4 * TM + lm * 4;  // + a_step * {0, .., TM / 4 - 1}
   const int a_step = V == kK21 ? 32 : 16;
   const int b_col = V == kK21 ? warp * 32 + ((lane & 1) | ((lane >> 4) << 1)) * 4 : wn * 64 + ln * 4;  // + {0, b_step}
   const int b_step = V == kK21 ? 16 : 32;
   const char* a_base = reinterpret_cast<const char*>(a_s) + a_col * 4;
   const int* d_w = d_s + warp * KR;
 
-  float acc[16][8];
+  float acc[TM][8];
 #pragma unroll
-  for (int i = 0; i < 16; ++i)
+  for (int i = 0; i < TM; ++i)
 #pragma unroll
     for (int j = 0; j < 8; ++j) acc[i][j] = 0.f;
 
-  float ra[16], rb[8];  // kRegs: fragments loaded once
+  float ra[TM], rb[8];  // kRegs: fragments loaded once
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < TM / 4; ++i) {
     const float4 v = *reinterpret_cast<const float4*>(a_s + a_col + a_step * i);
     ra[4 * i] = v.x, ra[4 * i + 1] = v.y, ra[4 * i + 2] = v.z, ra[4 * i + 3] = v.w;
   }
@@ -91,19 +96,19 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Fragments double-buffered as kernel 21 does (load row r + 1, then the FMAs of row r); the gather
   // offsets of a 4-row group read one group ahead as an int4.
   struct Frag {
-    float a[16], b[8];
+    float a[TM], b[8];
   };
   auto load_frag = [&](Frag& f, int a_off, int k) {
     if (V == kRegs) {
 #pragma unroll
-      for (int i = 0; i < 16; ++i) f.a[i] = ra[i];
+      for (int i = 0; i < TM; ++i) f.a[i] = ra[i];
 #pragma unroll
       for (int j = 0; j < 8; ++j) f.b[j] = rb[j];
       return;
     }
     const char* arow = a_base + a_off;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < TM / 4; ++i) {
       const float4 v = *reinterpret_cast<const float4*>(arow + 4 * a_step * i);
       f.a[4 * i] = v.x, f.a[4 * i + 1] = v.y, f.a[4 * i + 2] = v.z, f.a[4 * i + 3] = v.w;
     }
@@ -118,7 +123,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // 2x2 blocks walked in a serpentine, each FMA sharing one operand with the one before (cuBLAS's
     // order, whose SASS reuses both operands).
 #pragma unroll
-    for (int i = 0; i < 16; i += 2)
+    for (int i = 0; i < TM; i += 2)
 #pragma unroll
       for (int jj = 0; jj < 8; jj += 2) {
         const int j = (i / 2) % 2 ? 6 - jj : jj;
@@ -128,9 +133,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         acc[i + 1][j] = fmaf(f.a[i + 1], f.b[j], acc[i + 1][j]);
       }
 #else
-    // Kernel 21's order: 16 A values outer, 8 B values inner.
+    // Kernel 21's order: TM A values outer, 8 B values inner.
 #pragma unroll
-    for (int i = 0; i < 16; ++i)
+    for (int i = 0; i < TM; ++i)
 #pragma unroll
       for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(f.a[i], f.b[j], acc[i][j]);
 #endif
@@ -171,15 +176,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   float s = 0.f;
 #pragma unroll
-  for (int i = 0; i < 16; ++i)
+  for (int i = 0; i < TM; ++i)
 #pragma unroll
     for (int j = 0; j < 8; ++j) s += acc[i][j];
   out[static_cast<int64_t>(blockIdx.x) * kThreads + tid] = s;
 }
 
-template <int V>
+template <int V, int TM = 16>
 void run(const char* name, int sms, int iters, const float* a, const float* b, float* out, long long* clk) {
-  auto kernel = ffma_ceiling_kernel<V>;
+  auto kernel = ffma_ceiling_kernel<V, TM>;
+  constexpr int kThreads = 256 * 16 / TM;
   cudaFuncAttributes attr;
   CK(cudaFuncGetAttributes(&attr, kernel));
   cudaEvent_t e0, e1;
@@ -206,9 +212,9 @@ void run(const char* name, int sms, int iters, const float* a, const float* b, f
   double sum = 0;
   for (float v : h) sum += v;
   const double mhz = static_cast<double>(hc[0]) / static_cast<double>(hc[1]) * 1e3;
-  const double ffma_lanes = static_cast<double>(sms) * kThreads * iters * KR * 128.0;
+  const double ffma_lanes = static_cast<double>(sms) * kThreads * iters * KR * TM * 8.0;
   const double lanes_per_sm_cycle = ffma_lanes / sms / (best * 1e-3 * mhz * 1e6);
-  printf("%-7s regs %3d  %8.3f ms  clock %6.0f MHz  %6.1f FFMA lanes/SM/cycle  %5.1f%% of peak  sum %.6e\n", name,
+  printf("%-9s regs %3d  %8.3f ms  clock %6.0f MHz  %6.1f FFMA lanes/SM/cycle  %5.1f%% of peak  sum %.6e\n", name,
          attr.numRegs, best, mhz, lanes_per_sm_cycle, 100.0 * lanes_per_sm_cycle / 128.0, sum);
 }
 
@@ -228,7 +234,7 @@ int main(int argc, char** argv) {
   long long* clk;
   CK(cudaMalloc(&a, ha.size() * 4));
   CK(cudaMalloc(&b, hb.size() * 4));
-  CK(cudaMalloc(&out, static_cast<size_t>(sms) * kThreads * 4));
+  CK(cudaMalloc(&out, static_cast<size_t>(sms) * kMaxThreads * 4));
   CK(cudaMalloc(&clk, 2 * sizeof(long long)));
   CK(cudaMemcpy(a, ha.data(), ha.size() * 4, cudaMemcpyHostToDevice));
   CK(cudaMemcpy(b, hb.data(), hb.size() * 4, cudaMemcpyHostToDevice));
@@ -237,6 +243,8 @@ int main(int argc, char** argv) {
     run<kLds>("lds", sms, iters, a, b, out, clk);
     run<kGather>("gather", sms, iters, a, b, out, clk);
     run<kK21>("k21map", sms, iters, a, b, out, clk);
+    run<kRegs, 8>("regs8x8", sms, iters, a, b, out, clk);
+    run<kGather, 8>("gather8x8", sms, iters, a, b, out, clk);
   }
   return 0;
 }
