@@ -90,6 +90,13 @@ struct TiledConfig {
   // (experiments/s19_lane_offsets_ab.txt). Not at k-block 64 either way: the 4:32 kernel's 3
   // stages would no longer fit twice per SM.
   static constexpr bool LANE_OFFSETS = BM_ == 128 && BN_ == 128 && TM_ == 16 && KB_ == 32 && WB_ == 12;
+  // SERPENTINE_FMA: a fragment's FMAs in 2x2 blocks walked in a serpentine, so each FMA shares an
+  // operand with the one before and ptxas marks both operands for reuse more often. Only the 64-row
+  // (8x8 thread tile) fixed-WB warp-uniform tiles: in a session-36 H100 A/B of one build (flushed, the
+  // 100-point (n, k) at m = 256 and 512; experiments/s36_tiled_serp_ab.sh) their plans ran 1.017-1.040x
+  // (64x128) and 1.019-1.049x (64x64) per pattern, while the 32x128 tile lost at 12:32 (0.98x) and the
+  // 128x128 8x8 tile at 8:32 and 4:32 (0.97x, 0.99x), so those keep the rows-major order.
+  static constexpr bool SERPENTINE_FMA = TM_ == 8 && BM_ == 64 && !PACKED_ && UNIFORM_ && WB_ > 0;
   static constexpr int D_COPIES = LANE_OFFSETS ? 8 : 1;
   static constexpr int D_GROUP = 4 * D_COPIES;  // ints of D_s per group of 4 compressed rows
   static constexpr int AS = BM;                  // A_s row stride (floats)
@@ -351,13 +358,27 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
     f.b[4] = b1.x; f.b[5] = b1.y; f.b[6] = b1.z; f.b[7] = b1.w;
   };
   auto fma_frag = [&](const Frag& f) {
+    if constexpr (C::SERPENTINE_FMA) {
+      static_assert(C::UNIFORM, "one A value per row");
 #pragma unroll
-    for (int i = 0; i < C::TM; ++i) {
-      const float x1 = C::UNIFORM ? f.a0[i] : f.a1[C::UNIFORM ? 0 : i];
+      for (int i = 0; i < C::TM; i += 2)
 #pragma unroll
-      for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(f.a0[i], f.b[j], acc[i][j]);
+        for (int jj = 0; jj < 8; jj += 2) {
+          const int j = (i / 2) % 2 ? 6 - jj : jj;
+          acc[i][j] = fmaf(f.a0[i], f.b[j], acc[i][j]);
+          acc[i][j + 1] = fmaf(f.a0[i], f.b[j + 1], acc[i][j + 1]);
+          acc[i + 1][j + 1] = fmaf(f.a0[i + 1], f.b[j + 1], acc[i + 1][j + 1]);
+          acc[i + 1][j] = fmaf(f.a0[i + 1], f.b[j], acc[i + 1][j]);
+        }
+    } else {
 #pragma unroll
-      for (int j = 4; j < 8; ++j) acc[i][j] = fmaf(x1, f.b[j], acc[i][j]);
+      for (int i = 0; i < C::TM; ++i) {
+        const float x1 = C::UNIFORM ? f.a0[i] : f.a1[C::UNIFORM ? 0 : i];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(f.a0[i], f.b[j], acc[i][j]);
+#pragma unroll
+        for (int j = 4; j < 8; ++j) acc[i][j] = fmaf(x1, f.b[j], acc[i][j]);
+      }
     }
   };
   auto compute_stage = [&](const float* As, const float* Bs, const int* d0, const int* d1,
