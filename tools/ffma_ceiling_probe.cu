@@ -16,6 +16,8 @@
 // Prints per variant: time, FFMA lanes per SM per cycle, % of FP32 peak at the clock measured inside
 // the kernel (clock64 over globaltimer, block 0), and a checksum (the same data gives the same sum
 // as long as the loop does its FMAs; lds and gather visit the same rows in another order).
+// Self-contained on purpose (the kernels' FMA orders are in csrc/cuda/kernels/fma_order.cuh; this
+// file keeps the copies it was measured with, benchmarks/results/h100/experiments/s36/):
 //   nvcc -std=c++17 -O3 -arch=sm_90a -o /tmp/ffma_ceiling tools/ffma_ceiling_probe.cu
 // (-DFFMA_ORDER_SERPENTINE=1: the FMAs of a fragment in 2x2 blocks, serpentine)
 //   /tmp/ffma_ceiling [iters]

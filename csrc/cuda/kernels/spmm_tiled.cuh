@@ -41,6 +41,7 @@
 
 #include "../../pattern.h"
 #include "cp_async.cuh"
+#include "fma_order.cuh"
 #include "launch_overlap.cuh"
 #include "smem_limit.h"
 #include "spmm.h"
@@ -360,16 +361,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
   auto fma_frag = [&](const Frag& f) {
     if constexpr (C::SERPENTINE_FMA) {
       static_assert(C::UNIFORM, "one A value per row");
-#pragma unroll
-      for (int i = 0; i < C::TM; i += 2)
-#pragma unroll
-        for (int jj = 0; jj < 8; jj += 2) {
-          const int j = (i / 2) % 2 ? 6 - jj : jj;
-          acc[i][j] = fmaf(f.a0[i], f.b[j], acc[i][j]);
-          acc[i][j + 1] = fmaf(f.a0[i], f.b[j + 1], acc[i][j + 1]);
-          acc[i + 1][j + 1] = fmaf(f.a0[i + 1], f.b[j + 1], acc[i + 1][j + 1]);
-          acc[i + 1][j] = fmaf(f.a0[i + 1], f.b[j], acc[i + 1][j]);
-        }
+      fma_serpentine<C::TM>(acc, f.a0, f.b);
     } else {
 #pragma unroll
       for (int i = 0; i < C::TM; ++i) {

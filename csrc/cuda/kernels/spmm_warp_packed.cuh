@@ -29,6 +29,7 @@
 #include <cstdint>
 
 #include "cp_async.cuh"
+#include "fma_order.cuh"
 #include "launch_overlap.cuh"
 #include "smem_limit.h"
 #include "spmm.h"
@@ -187,29 +188,15 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) spmm_warp_packed_ke
       f.b[0] = b0.x; f.b[1] = b0.y; f.b[2] = b0.z; f.b[3] = b0.w;
       f.b[4] = b1.x; f.b[5] = b1.y; f.b[6] = b1.z; f.b[7] = b1.w;
     };
-    // The 8- and 4-row thread tiles take their FMAs in 2x2 blocks, walked in a serpentine, so each FMA
-    // shares an operand with the one before and ptxas marks both operands for reuse more often:
-    // 1.021x (kernel 19) and 1.015-1.017x (kernel 20) in a session-36 H100 A/B of the same build, where
-    // the 16-row tile (kernel 18) ran 0.98x and keeps the rows-major order
+    // The 8- and 4-row thread tiles take their FMAs in a serpentine (fma_order.cuh): 1.021x (kernel 19)
+    // and 1.015-1.017x (kernel 20) in a session-36 H100 A/B of the same build, where the 16-row tile
+    // (kernel 18) ran 0.98x and keeps the rows-major order
     // (benchmarks/results/h100/experiments/s36_wp_serp_ab.sh; tools/ffma_ceiling_probe.cu).
     auto fma_frag = [&](const Frag& f) {
-      if constexpr (TM <= 8) {
-#pragma unroll
-        for (int i = 0; i < TM; i += 2)
-#pragma unroll
-          for (int jj = 0; jj < 8; jj += 2) {
-            const int j = (i / 2) % 2 ? 6 - jj : jj;
-            acc[i][j] = fmaf(f.a[i], f.b[j], acc[i][j]);
-            acc[i][j + 1] = fmaf(f.a[i], f.b[j + 1], acc[i][j + 1]);
-            acc[i + 1][j + 1] = fmaf(f.a[i + 1], f.b[j + 1], acc[i + 1][j + 1]);
-            acc[i + 1][j] = fmaf(f.a[i + 1], f.b[j], acc[i + 1][j]);
-          }
-      } else {
-#pragma unroll
-        for (int i = 0; i < TM; ++i)
-#pragma unroll
-          for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(f.a[i], f.b[j], acc[i][j]);
-      }
+      if constexpr (TM <= 8)
+        fma_serpentine<TM>(acc, f.a, f.b);
+      else
+        fma_rows<TM>(acc, f.a, f.b);
     };
 
     // Prologue: the first STAGES - 1 stages in flight. What the x transpose does not write comes
