@@ -1,5 +1,6 @@
 // The order of a thread tile's FMAs for one compressed row: acc[i][j] += a[i] * b[j] over a TM x 8
-// tile. Torch-free; shared by the tiled and warp-packed kernels and tools/ffma_ceiling_probe.cu.
+// tile. Torch-free; shared by the tiled and warp-packed kernels (tools/ffma_ceiling_probe.cu keeps its
+// own copies, as measured).
 //
 // fma_rows: A value i outer, the 8 B values inner (each FMA reuses the A operand of the one before).
 // fma_serpentine: 2x2 blocks (rows i, i + 1 x columns j, j + 1) walked in a serpentine, so each FMA
