@@ -1,0 +1,40 @@
+// Torch-free C entry points of the native 16-bit (fp16 / bf16) SpMM kernels: raw pointers, sizes,
+// a CUDA stream and an error code. Activations, values, bias and output share one 16-bit type;
+// every kernel accumulates in fp32. Values and indices are read in the documented compressed
+// format (docs/format.md): values [w, n], indices [w, n / L], w = k * N / M.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace nmspmm {
+namespace kernels {
+
+enum class HalfType : int { kF16 = 0, kBF16 = 1 };
+
+struct HalfSpmmParams {
+  const void* x;            // [m, k] row stride ldx, unit column stride
+  int64_t ldx;
+  const void* values;       // [w, n], 16-byte aligned rows when n % 8 == 0
+  const uint8_t* indices;   // [w, n / L]
+  const void* bias;         // [n] or nullptr
+  void* y;                  // [m, n], contiguous
+  void* scratch;            // kernel-specific scratch (k-major copy of x, split-K partials), or nullptr
+  size_t scratch_bytes;     // its size; a kernel checks it against what it needs
+  int64_t m, n, k;
+  int N, M, L;
+  int split_k;
+  HalfType dtype;
+};
+
+// Tensor-core prefill kernels (mma.sync, sm_80+). `config` selects a tile configuration.
+size_t tc_prefill_scratch_bytes(const HalfSpmmParams& p, int config);
+cudaError_t launch_tc_prefill(const HalfSpmmParams& p, int config, cudaStream_t stream);
+
+// Decode kernels (small m): stream the compressed weight. `config` selects a variant.
+size_t half_decode_scratch_bytes(const HalfSpmmParams& p, int config);
+cudaError_t launch_half_decode(const HalfSpmmParams& p, int config, cudaStream_t stream);
+
+}  // namespace kernels
+}  // namespace nmspmm
