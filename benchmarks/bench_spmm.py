@@ -305,7 +305,7 @@ class Timer:
         self.device = device
         self.warmup, self.rep, self.replays = warmup, rep, replays
         # Several medians per config, the lowest kept: one median can come out ~2x slow (seen once
-        # or twice per full run on H100 through session 8); the same rule for every implementation.
+        # or twice per full run on H100); the same rule for every implementation.
         self.timings = timings
         self.rot_bytes = 4 * max(l2_bytes, 8 * 2**20)
         self.kind = "cpu-perf_counter"

@@ -4,8 +4,8 @@
 // of dL/dy over the leading dims, both through registered ops (decompress, matmul), so the
 // backward also runs under torch.compile's fake tensors. A call that needs no gradient (grad mode
 // off, or no input requires grad) goes straight to the backend kernel: no autograd node and no
-// Python on the way (the Python registration this replaces cost ~17 us of host time per call on
-// the CPU build: experiments/s20_host_overhead_cpu.txt).
+// Python on the way (a Python registration costs ~17 us of host time per call on the CPU
+// build).
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/autograd.h>
 #include <torch/library.h>

@@ -35,7 +35,7 @@ enum KernelId : int {
   kWarpPacked32x128 = 20,   // stage); 16x8 / 8x8 / 4x8 thread tiles
   kProducer128x256 = 21,    // sm_90, L >= 32: a producer warp feeds 8 math warps (16x8 thread tiles)
                             // through tensor copies (TMA) and mbarriers; the tiled kernels' A slab
-  kProducerTail128x256 = 22,  // kernel 21 with split-K on the last round's tiles only (the rest whole)
+  kProducerTail128x256 = 22,  // the same with split-K on the last round's tiles only (the rest whole)
   kNumKernels = 23,
 };
 
@@ -86,20 +86,19 @@ inline bool is_warp_packed_kernel(int kernel) {
 }
 // The warp-specialized kernel (spmm_producer.cuh): compute capability 9.0 (tensor copies,
 // mbarriers), a compressed-row count per k-block it is built for (producer_wb), L >= 32.
-// Kernel 22 is the same kernel with split-K applied only to the tiles of the grid's last round
-// (producer_tail_tiles, below).
+// The tail variant applies split-K only to the tiles of the grid's last round (producer_tail_tiles).
 inline bool is_producer_kernel(int kernel) { return kernel == kProducer128x256 || kernel == kProducerTail128x256; }
 // Its k-block, compressed rows per k-block (0: not built for the pattern) and the factor on the
 // cost model's stage time (producer_cost_us) for a pattern, by its compressed rows per 32 inputs
 // (N:32, and every N:M with the same 32 / M * N):
 //   16 (16:32, 2:4):  k-blocks of 32, 16 rows, 4 stages;
 //   12 (12:32, 3:8):  k-blocks of 32, 12 rows, 4 stages;
-//    8 (8:32, 2:8):   k-blocks of 64, 16 rows, 3 stages (32 / 8 / 4 until session 28);
-//    4 (4:32, 1:8):   k-blocks of 128, 16 rows, 2 stages (64 / 8 / 3 until session 28).
-// Session-29 kernel-only probe on H100 (tools/producer_probe.cu, experiments/s29_producer_stages_probe.txt;
-// 4096^3, 1024x4096x4096, 256x4096x4096, 512x11008x4096): the longer stages ran 1.6-3.5% faster at
-// 8:32 and 4.9-6.5% at 4:32 than the session-28 ones (the stage time factors below: 0.973, 0.944);
-// at 16:32 and 12:32 k-blocks of 64 (32 / 24 rows, 3 stages) were up to 8% slower on some shapes.
+//    8 (8:32, 2:8):   k-blocks of 64, 16 rows, 3 stages;
+//    4 (4:32, 1:8):   k-blocks of 128, 16 rows, 2 stages.
+// Kernel-only on H100 (4096^3, 1024x4096x4096, 256x4096x4096, 512x11008x4096) these long stages run
+// 1.6-3.5% faster at 8:32 and 4.9-6.5% at 4:32 than k-blocks of 32 with 8 rows (the stage time
+// factors below: 0.973, 0.944); at 16:32 and 12:32 k-blocks of 64 (32 / 24 rows, 3 stages) are up
+// to 8% slower on some shapes.
 struct ProducerShape {
   int kb, wb;
   double stage_factor;
@@ -119,31 +118,28 @@ inline bool kernel_reads_xt(int kernel) {
 }
 
 // Largest split-K a tiled kernel reduces inside a thread-block cluster. The kernels take any
-// cluster of 2..8 blocks, but measured on H100 (tools/sweep_plans.py, m <= 1024, kernels 2, 3, 5,
-// same plans both ways; benchmarks/results/h100/experiments/cluster_split_*) the cluster reduction
-// beats the workspace only at split 2 (0.94-0.95x the time on geomean); at 4 it is 1.01-1.06x and
-// up to 1.7x slower (clusters of 4 leave SM slots empty), at 8 0.97-0.99x with outliers both ways.
+// cluster of 2..8 blocks, but measured on H100 (m <= 1024, the tiled 128x128, 64x128 and 64x64
+// kernels, same plans both ways) the cluster reduction beats the workspace only at split 2
+// (0.94-0.95x the time on geomean); at 4 it is 1.01-1.06x and up to 1.7x slower (clusters of 4
+// leave SM slots empty), at 8 0.97-0.99x with outliers both ways.
 constexpr int kMaxClusterSplit = 2;
 // Whether a plan's split-K reduces on chip. clusters: the device has thread-block clusters
 // (compute capability >= 9.0). The cluster decode kernels always do; a tiled or packing kernel
 // with 2 <= split_k <= kMaxClusterSplit does on such a device: the split_k blocks of an output
 // tile form one cluster and sum their partial tiles through distributed shared memory.
-// Kernels 21 and 22 reduce split-K through the workspace. Session 30 measured a cluster reduction in
-// kernel 21 (the split_k blocks of a tile as one cluster, rank-order sums through distributed shared
-// memory; experiments/s30_k21_cluster_split.diff) and did not adopt it:
+// The warp-specialized kernels reduce split-K through the workspace. A cluster reduction there (the
+// split_k blocks of a tile as one cluster, rank-order sums through distributed shared memory)
+// measures slower on H100:
 //   - splits 3..8: 0.80-0.95x the workspace's speed on geomean per m (down to 0.52x) where the grid's
 //     clusters do not all fit at once: a cluster lives in one GPC, and with one block per SM the H100
-//     keeps 66 clusters of 2 resident but only 39 of 3, 30 of 4, 22 of 5, 17 of 6, 15 of 7 or 8
-//     (tools/cluster_occupancy_probe.cu, experiments/s30_cluster_occupancy.txt);
-//   - split 2: 1.02-1.04x faster with the epilogue in the same kernel function
-//     (experiments/s30_sweep_k21_{cluster,ws}.csv), but there ptxas reallocated the FFMA block and every
-//     kernel-21 plan ran 1.5-7% slower (session-30 benchmark); as a kernel instance of its own the
-//     plain kernel's code is unchanged, and the cluster instance's split 2 ran 0.95-1.00x the
-//     workspace's speed (experiments/s30_sweep_k21_{cluster2,ws2}.csv).
+//     keeps 66 clusters of 2 resident but only 39 of 3, 30 of 4, 22 of 5, 17 of 6, 15 of 7 or 8;
+//   - split 2: with the epilogue in the same kernel function ptxas reallocates the FFMA block and
+//     every plan runs 1.5-7% slower; as a kernel instance of its own, split 2 runs 0.95-1.00x the
+//     workspace's speed.
 inline bool plan_reduces_in_cluster(int kernel, int split_k, bool clusters) {
   if (is_cluster_decode_kernel(kernel)) return true;
   return clusters && split_k > 1 && split_k <= kMaxClusterSplit && kernel_reads_xt(kernel) &&
-         !is_producer_kernel(kernel);  // kernels 21, 22: through the workspace
+         !is_producer_kernel(kernel);  // warp-specialized: through the workspace
 }
 // Whether a plan writes a split-K workspace [split_k, m, n] that a second launch reduces.
 inline bool plan_uses_workspace(int kernel, int split_k, bool clusters) {
@@ -177,7 +173,7 @@ constexpr bool kHeuristicUsesPacking = false;
 
 inline int ceil_div_i(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
 
-// Cost model of the prefill kernels (tiled and warp-packed; tools/fit_joint_cost.py). A grid of
+// Cost model of the prefill kernels (tiled and warp-packed). A grid of
 // `ctas` blocks puts B = ceil(ctas / SMs) blocks on its busiest SM, which runs them in
 // R = ceil(B / blocks_per_sm) rounds, all but the last with blocks_per_sm blocks sharing the SM
 // (grid_rounds). One k-stage of a tiled kernel costs
@@ -185,15 +181,11 @@ inline int ceil_div_i(int64_t a, int64_t b) { return static_cast<int>((a + b - 1
 // while r blocks share the SM (wb compressed rows per stage; alpha and gamma per k-block of 32,
 // doubled for 64), so summed over the rounds a plan costs
 //   stages * (R * (alpha + beta * wb) + B * (gamma + delta * wb)) + reduction.
-// Until session 25 every round was charged as a full wave (waves * r with r = min(blocks_per_sm, B)):
-// a last wave with fewer blocks per SM, which runs its stages faster, cost as much as a full one, so
-// the model missed what a finer grid gains on multi-wave shapes (512x5120x13824 8:32: the 64x128
-// warp-packed kernel with split 2, 640 blocks, 5 per SM in 2 rounds, measured 1.19x faster than
-// split 1, 320 blocks, 3 per SM in one round, which the old model called even). History of the
-// tiled model: session 15 added r (grids under one wave run their stages faster), sessions 16-17
-// fitted it by least squares and then a coordinate search on pick quality to plan sweeps
-// (experiments/plan_sweep_session1{5,6,7}*); session 25 refitted both families together under the
-// rounds model (below, at kWarpPackedCosts).
+// Charging rounds rather than full waves lets a last round with fewer blocks per SM run its stages
+// faster, which is what a finer grid gains on multi-wave shapes (512x5120x13824 8:32: the 64x128
+// warp-packed kernel with split 2, 640 blocks, 5 per SM in 2 rounds, measures 1.19x faster than
+// split 1, 320 blocks, 3 per SM in one round). Both families are fitted together (least squares
+// on relative error, then a coordinate search on pick quality, below at kWarpPackedCosts).
 struct TiledCost {
   int kernel;
   int blocks_per_sm;
@@ -208,19 +200,17 @@ constexpr TiledCost kTiledCosts[] = {
     {kTiled64x128, 2, 0.4085, 0.0193, -0.0674, 0.0324, 64},
     {kTiled32x128, 4, 0.1554, 0.0244, 0.0148, 0.0174, 64},
     {kTiled64x64, 4, 0.7159, 0.0016, -0.0838, 0.0186, 64},
-    // Packing kernels: the session-2 fit at 4096^3 (used only if kHeuristicUsesPacking).
+    // Packing kernels: a fit at 4096^3 (used only if kHeuristicUsesPacking).
     {kPacked128x128, 2, 1.591, 0.307, 0.0, 0.0, 64},
     {kPacked64x128, 4, 1.218, 0.283, 0.0, 0.0, 64},
     {kPacked32x128, 4, 0.621, 0.158, 0.0, 0.0, 64},
 };
 
 // Split-K candidates of the prefill plans (every family), each split keeping >= 4 k-blocks (stages).
-// Up to 16 (was 8) since session 16: on the small-m sweep with splits of 16 added
-// (experiments/plan_sweep_session16_split16.csv) the best plan at m = 32 / 64 is 5.5 / 1.7% faster on
-// geomean (up to 1.46x). Until session 28 only powers of two; session 29 added 3, 5, 6, 7, 10 and 12,
-// which let a grid of few tiles fill its last wave (256x6656x17920 16:32: 52 tiles of 128x256 x 5
-// splits = 260 blocks, 2 rounds on 132 SMs, measured 1.24x faster than the best power-of-two plan;
-// flushed sweep experiments/s29_sweep_splits_*.csv).
+// With splits of 16 the best plan at m = 32 / 64 is 5.5 / 1.7% faster on geomean than with at most 8
+// (up to 1.46x). The non-powers of two let a grid of few tiles fill its last wave (256x6656x17920
+// 16:32: 52 tiles of 128x256 x 5 splits = 260 blocks, 2 rounds on 132 SMs, measures 1.24x faster
+// than the best power-of-two plan).
 constexpr int kSplitCandidates[] = {1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16};
 
 // Fixed cost of a split-K reduction in microseconds: through the workspace (a second launch), and
@@ -264,22 +254,20 @@ inline double tiled_cost_us(const TiledCost& c, int64_t m, int64_t n, int64_t k,
   return us + split_reduction_us(c.kernel, split, m, n, clusters);
 }
 
-// The warp-packed kernels (ids 18-20, L >= 32). A tiled kernel copies the whole k-slab of x for the
-// 4 vectors of its 128-column tile; a warp-packed warp copies only the rows its vector keeps, 4 N / M
-// of that, and skips the tiled kernels' gather offsets and block barrier per stage. Session-23 H100
-// A/B (tools/ab_warp_packed.py; experiments/s23_warp_packed_ab2.csv): at 8:32 / 4:32 the best
-// warp-packed plan is 1.04-1.22x / 1.10-1.26x faster than the tiled pick on geomean per m. At 12:32
-// and 16:32 the two families are about even on geomean but not per shape (session-24 flushed sweeps:
-// 512x5632x2048 12:32, 64x128 warp-packed 127 us against the tiled pick's 155 us), so since session
-// 25 choose_plan prices both families at every pattern with L >= 32 and takes the cheaper plan.
+// The warp-packed kernels (L >= 32). A tiled kernel copies the whole k-slab of x for the 4 vectors
+// of its 128-column tile; a warp-packed warp copies only the rows its vector keeps, 4 N / M of that,
+// and skips the tiled kernels' gather offsets and block barrier per stage. On H100 at 8:32 / 4:32
+// the best warp-packed plan is 1.04-1.22x / 1.10-1.26x faster than the tiled pick on geomean per m.
+// At 12:32 and 16:32 the two families are about even on geomean but not per shape (512x5632x2048
+// 12:32: 64x128 warp-packed 127 us against the tiled pick's 155 us), so choose_plan prices both
+// families at every pattern with L >= 32 and takes the cheaper plan.
 // Cost of one plan: stages * (R * a + B * g) + R * b + the tiled kernels' split-K reduction, with
 // stages of wb compressed rows and R, B the grid's rounds as in tiled_cost_us. Both families'
-// constants and the reductions were fitted together (tools/fit_joint_cost.py: least squares on
-// relative error, then a coordinate search on the picks' mean log time over the best plan's) to the
-// session-24 flushed sweeps of every plan of both families (experiments/flushed_sweep_*.csv: the 100
-// NM-SpMM points and the llama suite's 21 (n, k) at m = 32..512, 4 sparsities, 820 cells); the fit
-// and its two-fold check are in experiments/s25_fit_rounds_joint.txt. b < 0 is a per-round intercept
-// of the fit, not a measured time; every split keeps >= 4 stages, which keeps the sum positive.
+// constants and the reductions are fitted together (least squares on relative error, then a
+// coordinate search on the picks' mean log time over the best plan's) to flushed sweeps of every
+// plan of both families (the 100 NM-SpMM points and the llama suite's 21 (n, k) at m = 32..512,
+// 4 sparsities, 820 cells), with a two-fold check. b < 0 is a per-round intercept of the fit, not a
+// measured time; every split keeps >= 4 stages, which keeps the sum positive.
 struct WarpPackedCost {
   int kernel;
   int blocks_per_sm;  // by registers and shared memory (spmm_warp_packed.cuh)
@@ -298,12 +286,11 @@ constexpr WarpPackedCost kWarpPackedCosts[] = {
 constexpr int kWarpPackedFullWaves = 4;
 
 // Above this m * n * k, at 4 N > M (a warp-packed block copies 4 N / M times the x rows of a tiled
-// block), only the tiled kernels are candidates. The session-25 benchmark of the joint model
-// (experiments/s25_bench_joint_unguarded.csv, against the session-23 run) has its new warp-packed
-// picks at 12:32 / 16:32 1.05x faster on geomean over the 176 changed shapes below 4.5e10
-// (0.95-1.27x), but slower on 18 of the 28 above it (0.84-1.12x; mostly the 64x128 kernel in place
-// of the tiled 128x128 one: 256x24576x8192 16:32 1158 -> 1372 us); the per-stage model does not see
-// what the larger problems lose. Chosen on that run (in-sample), like kWarpPackedFullWaves.
+// block), only the tiled kernels are candidates. Without this bound the joint model's warp-packed
+// picks at 12:32 / 16:32 run 1.05x faster on geomean over the 176 shapes below 4.5e10 where they
+// differ (0.95-1.27x), but slower on 18 of the 28 above it (0.84-1.12x; mostly the 64x128 kernel in
+// place of the tiled 128x128 one: 256x24576x8192 16:32 1158 -> 1372 us); the per-stage model does
+// not see what the larger problems lose. Chosen in-sample, like kWarpPackedFullWaves.
 constexpr double kWarpPackedModerateMaxMnk = 4.5e10;
 
 // Whether the warp-packed kernels are candidates: a warp's 32 columns must lie in one vector, and
@@ -349,14 +336,14 @@ inline Plan choose_warp_packed(int64_t m, int64_t n, int64_t k, int64_t N, int64
   return best;
 }
 
-// The warp-specialized kernel (id 21, sm_90; spmm_producer.cuh): 128x256 tiles, one block per SM,
+// The warp-specialized kernel (sm_90; spmm_producer.cuh): 128x256 tiles, one block per SM,
 // a k-stage costs f * (a * kb / 32 + b * wb) microseconds, whatever the grid (one block per SM runs
 // alone), so a plan costs stages * R * f * (a * kb / 32 + b * wb) + its workspace reduction (R: the
 // grid's rounds; f: producer_shape's stage factor). The constants are those of the tiled 128x128
-// kernel's model scaled by what the session-28 probe measured kernel-only on the same data
-// (experiments/s28_producer_probe2.txt: 0.93-0.95x kernel 2's time at 16:32 / 12:32 / 8:32, 0.88-0.92x
-// at 4:32 (k-block 64), m = 512-4096), then checked against the op in the session-28 A/B
-// (NMSPMM_NO_PRODUCER=1 against the default); f carries session 29's longer stages at 8:32 and 4:32.
+// kernel's model scaled by what it measures kernel-only on the same data (0.93-0.95x the tiled
+// 128x128 kernel's time at 16:32 / 12:32 / 8:32, 0.88-0.92x at 4:32 with k-blocks of 64,
+// m = 512-4096), then checked against the op in an A/B (NMSPMM_NO_PRODUCER=1 against the default);
+// f carries the longer stages at 8:32 and 4:32.
 constexpr double kProducerStageUs = 0.110;
 constexpr double kProducerRowUs = 0.158;
 inline double producer_cost_us(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, int split, int num_sms) {
@@ -368,23 +355,23 @@ inline double producer_cost_us(int64_t m, int64_t n, int64_t k, int64_t N, int64
   return static_cast<double>(stages) * g.rounds * per_stage + split_reduction_us(kProducer128x256, split, m, n, true);
 }
 
-// Kernel 22: kernel 21 with split-K on the tail only. A grid of t = ceil(m / 128) x ceil(n / 256)
+// The tail variant: the warp-specialized kernel with split-K on the tail only. A grid of t = ceil(m / 128) x ceil(n / 256)
 // tiles, one block per SM, runs floor(t / SMs) whole rounds and a last round of t % SMs tiles, which
 // leaves SMs idle for a whole tile's time (2048x11008x4096: 688 tiles, 5 rounds of 132 and one of
-// 28). Kernel 22 computes the first t - t % SMs tiles over all of k (as kernel 21 with split 1) and
+// 28). The tail variant computes the first t - t % SMs tiles over all of k (as with split 1) and
 // splits k of the last t % SMs tiles (the tail) split_k ways: the tail's blocks start as the whole
 // rounds' blocks finish and each runs 1 / split_k of the k-range. Their partial tiles go to a compact
 // workspace [split_k][tail][128][256], summed in fixed order (+ bias) by a second launch. Tiles are
-// numbered m-tile fastest (the order of kernel 21's grid), so the tail is the last n-tiles' columns.
+// numbered m-tile fastest (the order of the plain kernel's grid), so the tail is the last n-tiles' columns.
 inline int64_t producer_tail_tiles(int64_t m, int64_t n, int num_sms) {
   const int64_t tiles = static_cast<int64_t>(ceil_div_i(m, 128)) * ceil_div_i(n, 256);
   return num_sms > 0 ? tiles % num_sms : tiles;
 }
-// Floats of kernel 22's workspace (0 without a split or without a tail).
+// Floats of the tail variant's workspace (0 without a split or without a tail).
 inline int64_t producer_tail_workspace_floats(int64_t m, int64_t n, int split, int num_sms) {
   return split > 1 ? producer_tail_tiles(m, n, num_sms) * split * 128 * 256 : 0;
 }
-// Its cost under kernel 21's model: the whole rounds at full k, the tail's round(s) at 1 / split of
+// Its cost under the warp-specialized kernel's model: the whole rounds at full k, the tail's round(s) at 1 / split of
 // it, and the workspace reduction of the tail's partial tiles.
 inline double producer_tail_cost_us(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, int split,
                                     int num_sms) {
@@ -406,17 +393,15 @@ inline double producer_tail_cost_us(int64_t m, int64_t n, int64_t k, int64_t N, 
 
 // Blocks of 8 warps per SM (x 10) that a decode grid stays within: 2 fit by registers, but a
 // cluster must fit inside one GPC, and on H100 (132 SMs) 224 blocks of 8 warps (32 clusters of 7)
-// run in one wave where 32 clusters of 8 run two (ncu: experiments/ncu_s10_*).
+// run in one wave where 32 clusters of 8 run two (ncu).
 constexpr int64_t kDecodeBlocksPerSm10 = 17;
 
 // The staged decode kernel's tile and cluster size: among the three tiles (512, 256, 128 columns:
 // 4, 2, 1 column warps of the 8) and the cluster sizes S in 1..8 (k split over S blocks, at most
 // one per window), the plan with the most blocks within 1.7 per SM, the widest tile on a tie. On
-// the session-10 sweep (tools/decode_sweep.py, 6 Llama shapes x 4 sparsities x m = 4, 8, 16,
-// cluster sizes 1..8, benchmarks/results/h100/experiments/s10_decode_sweep_cluster_sizes.csv) the
-// pick is 0.4 / 0.1 / 0.0% above the best plan on geomean at m = 4 / 8 / 16 (worst point 1.03x);
-// the session-9 rule (S = 8, about one block per SM, the split-K kernel on long k-ranges) was
-// 4.0 / 11.0 / 13.2% above.
+// an H100 sweep (6 Llama shapes x 4 sparsities x m = 4, 8, 16, cluster sizes 1..8) the pick is
+// 0.4 / 0.1 / 0.0% above the best plan on geomean at m = 4 / 8 / 16 (worst point 1.03x); a fixed
+// S = 8 with about one block per SM is 4.0 / 11.0 / 13.2% above.
 inline Plan staged_decode_plan(int64_t n, int64_t k, int64_t M, int num_sms) {
   const int64_t windows = k / M;
   const int64_t max_split = windows < 1 ? 1 : windows < 8 ? windows : 8;
@@ -445,8 +430,7 @@ constexpr int64_t kStagedWideClusterMinRows = 48;
 // 512). See staged_decode_plan. A narrow layer, whose 128-column tiles x 16 fill at most one block
 // per SM (up to 1024 columns on H100), instead splits k over clusters of 16 blocks (non-portable;
 // where max_cluster allows it) if each block keeps at least kStagedWideClusterMinRows compressed
-// rows. Session-22 sweeps (tools/decode_sweep.py with cluster sizes 1..16, H100, CUDA graphs;
-// experiments/s22_decode_sweep_{llama,narrow}.csv): on 5 narrow layers (256..1024 columns) x 4
+// rows. H100 sweeps (cluster sizes 1..16, CUDA graphs): on 5 narrow layers (256..1024 columns) x 4
 // sparsities x m = 3, 4, 8, 16 the pick is 2.6% above the best plan on geomean (worst 1.24x),
 // clusters of at most 8 21% (worst 1.52x); Llama-3-8B k/v (1024x4096) at m = 8 / 16 runs 1.15 /
 // 1.14x faster at 16:32 (9.06 -> 7.89 us at m = 8). With fewer rows per block (1024x4096 4:32:
@@ -472,7 +456,7 @@ constexpr int64_t kOverlapMaxRowsPerWarp = 64;
 // while the kernel before it in the stream runs and issues its first weight loads before it waits
 // for it; spmm_decode_cluster.cu / spmm_decode_staged.cu). What that overlaps is the call's fixed
 // cost (launch, first loads, the tail of the kernel before), so it pays where the weight stream is
-// short. Measured on H100 (experiments/s12_pdl_ab.txt; 6 Llama shapes x 4 sparsities, CUDA graphs
+// short. Measured on H100 (6 Llama shapes x 4 sparsities, CUDA graphs
 // of back-to-back calls): the staged kernels 1.00-1.42x faster at m = 8, 16 (every point within
 // noise or better); the m <= 2 cluster kernels 1.0-1.74x where each warp walks at most 64
 // compressed rows (4 batches), but 0.86-0.97x on long k-ranges with clusters of 8 (4096x14336 16:32:
@@ -497,12 +481,10 @@ inline bool decode_plan_overlaps_launch(const Plan& plan, int64_t k, int64_t N, 
 // The pick has the most warps per tile, a 16-warp plan counting 0.7 of its warps (it is taken only
 // with > 1.43x the warps of the best narrow plan); narrow on a tie. Where its warps would walk more
 // than kOverlapMaxRowsPerWarp rows (no dependent launch, decode_plan_overlaps_launch) the staged
-// kernel's plan is taken instead. Fitted in session 14 to tools/decode_sweep.py on H100 (m = 1, 2;
-// 13 Llama shapes x 4 sparsities, every cluster plan with S = 1..16 and every staged plan, CUDA
-// graphs of back-to-back calls; tools/fit_cluster_decode_rule.py): the pick is 1.4 / 4.1% above the
-// best plan on geomean at m = 1 / 2 (worst point 1.13 / 1.16x), the session-13 rule 5.8 / 5.2%
-// (worst 1.29 / 1.45x); an independent re-run gave the same within 0.1%
-// (experiments/s14_decode_sweep_m12_{a,b}.csv).
+// kernel's plan is taken instead. Fitted to an H100 sweep (m = 1, 2; 13 Llama shapes x 4
+// sparsities, every cluster plan with S = 1..16 and every staged plan, CUDA graphs of back-to-back
+// calls): the pick is 1.4 / 4.1% above the best plan on geomean at m = 1 / 2 (worst point 1.13 /
+// 1.16x); an independent re-run gives the same within 0.1%.
 constexpr int kClusterDecodeW16Weight10 = 7;
 inline Plan choose_cluster_decode(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, int num_sms,
                                   int max_cluster = 16) {
@@ -533,7 +515,7 @@ inline Plan choose_cluster_decode(int64_t m, int64_t n, int64_t k, int64_t N, in
   return plan;
 }
 
-// NMSPMM_NO_PRODUCER=1 (read once) keeps the warp-specialized kernel (21) out of choose_plan's
+// NMSPMM_NO_PRODUCER=1 (read once) keeps the warp-specialized kernels out of choose_plan's
 // candidates, in the binding and in spmm_heuristic alike: an A/B switch, not a tuning knob
 // (spmm_with_plan still runs the kernel).
 inline bool producer_plans_enabled() {
@@ -578,9 +560,8 @@ inline Plan choose_plan(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, i
       if (split > 1 && kblocks / split < 4) break;
       // The 8-warp 128x128 kernel (8x8 thread tile) only pays while its grid is under one block
       // per SM (8 warps hide latency that 4 cannot); with more blocks the 16x8-thread-tile kernel
-      // is faster, which the cost model alone misranks. (Session-8 plan sweep,
-      // experiments/plan_sweep_session8_fit.txt: with the rule at two blocks per SM the picks were
-      // 4.2% above the best plan, at one block 3.4%; 12:32 6.8% -> 4.7%.)
+      // is faster, which the cost model alone misranks (on an H100 plan sweep, with the rule at two
+      // blocks per SM the picks are 4.2% above the best plan, at one block 3.4%; 12:32 6.8% -> 4.7%).
       const int64_t ctas = static_cast<int64_t>(ceil_div_i(m, t.bm)) * ceil_div_i(n, t.bn) * split;
       if (c.kernel == kTiled128x128w8 && ctas >= static_cast<int64_t>(num_sms)) continue;
       const double us = tiled_cost_us(c, m, n, k, N, M, split, num_sms, clusters);
@@ -608,7 +589,7 @@ inline Plan choose_plan(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, i
         best = {kProducer128x256, split};
       }
     }
-    // Kernel 22 where the grid has more than one round and a partial last one.
+    // The tail variant where the grid has more than one round and a partial last one.
     const int64_t tiles = static_cast<int64_t>(ceil_div_i(m, 128)) * ceil_div_i(n, 256);
     if (tiles > num_sms && producer_tail_tiles(m, n, num_sms) > 0) {
       for (const int split : kSplitCandidates) {

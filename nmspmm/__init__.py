@@ -1,8 +1,8 @@
 """nmspmm: vector-wise N:M sparse matrix multiplication for PyTorch.
 
 Data path: nmspmm.spmm / NMLinear (Python) -> torch.ops.nmspmm.spmm (csrc/nmspmm_ops.cpp)
--> CPU reference (csrc/cpu) or CUDA binding + heuristic (csrc/cuda/ops_cuda.cu, csrc/dispatch.h)
--> torch-free kernels (csrc/cuda/kernels).
+-> CPU reference (csrc/cpu/ops_cpu.cpp) or the CUDA binding (csrc/cuda/spmm_ops.cpp), which asks
+the heuristic (csrc/dispatch.h) for a plan -> torch-free kernels and their launcher (csrc/cuda/kernels).
 """
 from ._ops import PACK_K_BLOCK, PACK_TILE_N, cuda_kernels_built
 from .format import NMWeight, col_info, compress, decompress, prune, spmm

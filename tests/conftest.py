@@ -138,7 +138,7 @@ def assert_close_to_ref(y, ref, scale, rtol, atol_rel, rel_norm=None):
             assert rel < rel_norm, f"relative error {rel:.3g} >= {rel_norm:g}"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def nm():
     """The helpers above, for tests: nm.random_packed(...), nm.ref_decompress(...), ..."""
     return types.SimpleNamespace(

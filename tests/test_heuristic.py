@@ -160,8 +160,7 @@ def test_heuristic_decode_for_small_m():
 
 
 # (m, n, k, N) -> (kernel, cluster size) measured best or within 2% of it on H100 in two runs
-# (session-14 sweep, m = 1, 2, every cluster plan with cluster sizes 1..16 and every staged plan:
-# experiments/s14_decode_sweep_m12_{a,b}.csv).
+# (m = 1, 2, every cluster plan with cluster sizes 1..16 and every staged plan).
 SMALL_M_PICKS = {(1, 512, 2048, 12): (12, 13), (1, 1024, 4096, 8): (12, 16), (1, 2048, 2048, 16): (12, 16),
                  (1, 3072, 3072, 8): (12, 12), (1, 4096, 4096, 4): (12, 9), (1, 4096, 4096, 16): (12, 12),
                  (1, 4096, 11008, 8): (12, 12), (1, 4096, 14336, 4): (12, 12), (1, 1024, 4096, 16): (14, 8),
@@ -199,12 +198,11 @@ def test_heuristic_small_m_without_staged_tile_keeps_cluster_kernel():
         assert kernel in CLUSTER_DECODE and 1 <= split_k <= (16 if m == 1 else 8)
 
 
-# (m, n, k, N) -> plan, measured best or within 2% of it on H100 (session-10 sweep, cluster sizes
-# 1..8: experiments/s10_decode_sweep_cluster_sizes.csv): the staged decode kernel with the tile and
-# cluster size that give the most blocks within 1.7 per SM; narrow layers (128-column tiles x 16
-# within one block per SM, >= 48 compressed rows per block) with clusters of 16 (session-22 sweeps,
-# cluster sizes 1..16: experiments/s22_decode_sweep_{llama,narrow}.csv). 1024x4096 4:32 (32 rows per
-# block) keeps clusters of 8: 16 measured 1.17x slower at m = 8.
+# (m, n, k, N) -> plan, measured best or within 2% of it on H100 (cluster sizes 1..8): the staged
+# decode kernel with the tile and cluster size that give the most blocks within 1.7 per SM; narrow
+# layers (128-column tiles x 16 within one block per SM, >= 48 compressed rows per block) with
+# clusters of 16 (cluster sizes 1..16). 1024x4096 4:32 (32 rows per block) keeps clusters of 8: 16
+# measures 1.17x slower at m = 8.
 STAGED_PICKS = {(8, 4096, 4096, 4): (15, 7), (16, 4096, 4096, 8): (15, 7), (4, 1024, 4096, 16): (15, 16),
                 (16, 14336, 4096, 8): (17, 8), (8, 11008, 4096, 12): (16, 5), (16, 4096, 11008, 4): (15, 7),
                 (8, 4096, 14336, 16): (15, 7), (4, 4096, 11008, 8): (15, 7), (8, 1024, 4096, 16): (15, 16),
@@ -241,9 +239,9 @@ def test_heuristic_tiled_for_prefill_with_short_vectors():
 
 def test_heuristic_prefill_families_at_long_vectors():
     # L >= 32: the tiled and warp-packed plans are priced by one cost model and the cheaper is taken.
-    # At 75% sparsity and more the warp-packed kernels win every swept shape by a margin (session 23
-    # A/B; session-24 flushed sweeps), and the model takes them.
-    # Since session 28 the warp-specialized kernel (21) competes too, on devices with clusters.
+    # At 75% sparsity and more the warp-packed kernels win every swept shape by a margin (H100 A/B and
+    # flushed sweeps), and the model takes them; the warp-specialized kernels compete too, on devices
+    # with clusters.
     for m in (17, 64, 256, 1000, 4096):
         for (N, M), L in itertools.product(((8, 32), (4, 32), (2, 8), (1, 4), (8, 64)), (32, 64, 128)):
             assert plan(m, 4096, 4096, N, M, L, False)[0] in WARP_PACKED | PRODUCER, (m, N, M, L)
@@ -252,15 +250,15 @@ def test_heuristic_prefill_families_at_long_vectors():
             assert plan(m, 4096, 4096, N, M, L, False)[0] in TILED | WARP_PACKED | PRODUCER, (m, N, M, L)
 
 
-# (m, n, k, N) at L = 32 where one family's best plan beat the other's by more than 10% in both
-# session-24 flushed sweeps (experiments/flushed_sweep_*.csv) at 62.5% / 50% sparsity.
+# (m, n, k, N) at L = 32 where one family's best plan beats the other's by more than 10% in two
+# flushed H100 sweeps at 62.5% / 50% sparsity.
 FAMILY_PICKS = {(256, 17920, 6656, 12): WARP_PACKED, (32, 512, 2048, 16): WARP_PACKED}
 
 
 @pytest.mark.parametrize("point", list(FAMILY_PICKS), ids=str)
 def test_heuristic_family_where_measured_apart(point):
     m, n, k, N = point
-    # (or the warp-specialized kernels, which came later and compete with both)
+    # (or the warp-specialized kernels, which compete with both)
     assert plan(m, n, k, N, 32, 32, False)[0] in FAMILY_PICKS[point] | PRODUCER
     assert plan(m, n, k, N, 32, 32, False, clusters=False)[0] in FAMILY_PICKS[point]
 
@@ -270,10 +268,10 @@ def test_heuristic_warp_packed_full_grid_takes_128x128():
     assert plan(4096, 4096, 4096, 4, 32, 32, False, clusters=False) == (18, 1)
     assert plan(4096, 24576, 8192, 8, 32, 32, False, clusters=False) == (18, 1)
     # With clusters (sm_90) the warp-specialized kernel takes 8:32 and 4:32 on full grids, without a
-    # split (session-28 probe: 0.97x the 128x128 warp-packed kernel's time at 4096^3 8:32; session 29,
-    # k-blocks of 128 at 4:32: 0.93x, experiments/s29_producer_stages_probe.txt).
-    # 4096x24576x8192: 3072 tiles of 128x256, 23 rounds of 132 and a last one of 36, which kernel 22
-    # splits (session 30); 4096^3: 512 tiles, a last round of 116 that no split fits in one round.
+    # split (kernel-only: 0.97x the 128x128 warp-packed kernel's time at 4096^3 8:32; k-blocks of 128
+    # at 4:32: 0.93x). 4096x24576x8192: 3072 tiles of 128x256, 23 rounds of 132 and a last one of 36,
+    # which the tail variant splits; 4096^3: 512 tiles, a last round of 116 that no split fits in one
+    # round.
     assert plan(4096, 24576, 8192, 8, 32, 32, False)[0] in PRODUCER
     assert plan(4096, 4096, 4096, 4, 32, 32, False) == (21, 1)
     # Small m: a smaller tile or a split fills the GPU.
@@ -286,7 +284,7 @@ def tiles_128x256(m, n):
 
 
 def test_heuristic_tail_split_only_on_multi_round_grids_with_a_partial_last_round():
-    # Kernel 22 (kernel 21 with split-K on the last round's tiles) is a candidate only where the grid
+    # The tail variant (split-K on the last round's tiles) is a candidate only where the grid
     # of 128x256 tiles has more than one round (one block per SM) and a partial last one.
     for sms, (m, n, k), (N, M) in itertools.product((132, 108, 78), ((4096, 4096, 4096), (2048, 11008, 4096),
                                                                        (1024, 5632, 2048), (512, 4096, 11008),

@@ -2,14 +2,13 @@
 griddepcontrol.wait (SASS ACQBULK). These kernels start while the kernel before them in the stream
 still runs (programmatic dependent launch); x is that kernel's output and may be read only after the
 wait. A load the compiler hoists above the wait (an invariant __ldg is free to move) reads stale x
-and gives wrong results with no error: session 35 compiled a variant of the cluster decode loop that
-way. Weight loads (16-byte evict-first loads of `values`, byte loads of `indices`) are what the
+and gives wrong results with no error: a variant of the cluster decode loop compiles that way. Weight loads (16-byte evict-first loads of `values`, byte loads of `indices`) are what the
 kernels issue early on purpose.
 
     python tools/check_pdl_loads.py            # spmm_decode_cluster.cu and spmm_decode_staged.cu
     python tools/check_pdl_loads.py --files 'spmm_decode_*.cu'
 
-Needs nvcc and cuobjdump (pip download nvidia-cuda-cuobjdump, as for tools/ffma_banks.py). Exits 1
+Needs nvcc and cuobjdump (pip download nvidia-cuda-cuobjdump). Exits 1
 if any kernel has another load before its first wait."""
 import argparse
 import glob

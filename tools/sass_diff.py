@@ -5,9 +5,8 @@ with addresses, encodings and anonymous-namespace hashes removed) and its regist
     python tools/sass_diff.py 76256c8                 # every kernel file
     python tools/sass_diff.py HEAD --files 'spmm_decode_*.cu' --jobs 8
 
-Why: session 26 added four fields to SpmmParams and ptxas compiled the decode kernels, whose
-source had not changed, into different code that ran up to 1.7x slower at some m = 1 plans
-(benchmarks/results/h100/experiments/s26_decode_ab.txt). A change meant for some kernels should
+Why: adding fields to SpmmParams makes ptxas compile the decode kernels, whose source does not
+change, into different code that runs up to 1.7x slower at some m = 1 plans. A change meant for some kernels should
 leave the others' SASS identical; this prints the functions where it does not.
 Needs nvcc and cuobjdump (CUOBJDUMP=path if it is not on PATH). Exits 1 if any function differs."""
 import argparse

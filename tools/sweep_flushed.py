@@ -1,6 +1,6 @@
 """Time the prefill plans of both kernel families (tiled 2-5, 9-11 and warp-packed 18-20, x split-K)
 the way the benchmark times a call: L2 flushed (256 MB zeroed) before every call, CUDA events around
-the call alone, median. For fitting the heuristic's cost models (tools/fit_joint_cost.py).
+the call alone, median. For fitting the heuristic's cost models.
 
     python tools/sweep_flushed.py --grid nmspmm100 --ms 256,512,1024,2048,4096 --out DIR
     python tools/sweep_flushed.py --grid llama --ms 32,64,128,256,512,1024 --out DIR

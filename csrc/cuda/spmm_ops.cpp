@@ -69,7 +69,7 @@ bool overlap_enabled() {
   return enabled;
 }
 
-// NMSPMM_XT_OVERLAP=0 (read once; sessions 26 and 27 read it per call for their A/Bs) launches the
+// NMSPMM_XT_OVERLAP=0 (read once) launches the
 // tiled, packing and warp-packed kernels in plain stream order after the x transpose instead of with
 // programmatic dependent launch (kernels::SpmmParams::dependent_launch). An A/B switch, not a tuning knob.
 bool xt_overlap_enabled() {

@@ -1,11 +1,11 @@
 // The order of a thread tile's FMAs for one compressed row: acc[i][j] += a[i] * b[j] over a TM x 8
-// tile. Torch-free; shared by the tiled and warp-packed kernels (tools/ffma_ceiling_probe.cu keeps its
-// own copies, as measured).
+// tile. Torch-free; shared by the tiled and warp-packed kernels.
+//
 //
 // fma_rows: A value i outer, the 8 B values inner (each FMA reuses the A operand of the one before).
 // fma_serpentine: 2x2 blocks (rows i, i + 1 x columns j, j + 1) walked in a serpentine, so each FMA
 // shares an operand with the one before and ptxas can keep both FFMA operands in the reuse cache.
-// Measured per kernel, since ptxas reorders either (session 36, docs/kernels.md): the serpentine
+// Measured per kernel, since ptxas reorders either (docs/kernels.md): the serpentine
 // pays for the 8x8 / 4x8 warp-packed tiles and the 64-row tiled kernels, not for the 16x8 tiles.
 #pragma once
 

@@ -36,8 +36,8 @@
 //
 // The per-thread work of each kernel is written as __host__ __device__ "phase" functions
 // separated by the kernel's __syncthreads(); phases communicate only through shared memory.
-// tools/preprocess_selfcheck.py compiles this file with a host compiler and runs the phases
-// block by block, thread by thread, against the CPU reference ops.
+// Outside nvcc the __global__ kernels and launchers are hidden, so a host compiler can run the
+// phases block by block, thread by thread, against the CPU reference ops.
 #include "preprocess.h"
 
 #include <cstdint>

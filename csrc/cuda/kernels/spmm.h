@@ -35,14 +35,14 @@ struct SpmmParams {
   // it in the stream still runs; it reads only `values` and `indices` before grid_dependency_wait()
   // and x, bias and y after it. The binding sets it only when the kernel before it cannot have
   // written `values` or `indices` (spmm_ops.cpp, WeightHazardTable).
-  // sm_90 warp-packed (session 26), tiled and packing (session 27) kernels: launched with
+  // sm_90 warp-packed, tiled and packing kernels: launched with
   // programmatic dependent launch during the x transpose before them, which lets them start at once
   // (transpose_x_kernel); they fetch what the transpose does not write (index bytes, values,
   // col_info), then wait for the transpose before copying from xT. The launch pads shared memory so
   // that no SM takes more than ceil(blocks / SMs) blocks (launch_warp_packed, launch_tiled).
   // The binding sets it on compute capability 9.0+ (NMSPMM_XT_OVERLAP=0 turns it off, A/B only).
-  // (Adding fields to this struct changed the decode kernels' code and cost them up to 40% at
-  // some m = 1 plans on H100: experiments/s26_decode_ab.txt; keep its layout.)
+  // (Adding fields to this struct changes the decode kernels' code and costs them up to 40% at
+  // some m = 1 plans on H100; keep its layout.)
   bool dependent_launch;
   // sm_90 tiled and packing kernels without cluster_reduce: the output tile (or split-K partial
   // tile) is staged in shared memory and written with bulk asynchronous copies, one per tile row

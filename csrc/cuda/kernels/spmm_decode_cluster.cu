@@ -105,8 +105,8 @@ __global__ void __launch_bounds__(W * 32) spmm_decode_cluster_kernel(const SpmmP
 #pragma unroll
         for (int i = 0; i < MR; ++i) {
           // A plain load, not __ldg: x is the previous kernel's output, and an invariant load may
-          // be hoisted above grid_dependency_wait() (session 35 saw a variant of this loop
-          // compiled so; its chained-calls test failed).
+          // be hoisted above grid_dependency_wait() (a variant of this loop compiles so and fails
+          // the chained-calls test; tools/check_pdl_loads.py checks the SASS).
           const float a = i < m ? xb[c + i * ldx] : 0.f;
           acc[i][0] = fmaf(a, b[r].x, acc[i][0]);
           acc[i][1] = fmaf(a, b[r].y, acc[i][1]);

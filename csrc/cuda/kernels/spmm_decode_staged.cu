@@ -12,7 +12,7 @@
 //  * a warp walks its rows in batches of 8 (MR <= 8), all 8 index and weight loads in flight before
 //    any math (as in the cluster decode kernels of spmm_decode_cluster.cu; a whole batch, every row
 //    inside the chunk, runs without per-row bounds and loads through pointers carried across
-//    batches: 25% fewer instructions per batch, 1.01-1.04x at m = 8 in session 35), or (MR = 16, whose 64
+//    batches: 25% fewer instructions per batch, 1.01-1.04x at m = 8), or (MR = 16, whose 64
 //    accumulators leave room for 4-row batches at 128 registers) with rolling prefetch: row r of
 //    the next batch is issued as soon as row r of this one is in registers;
 //  * the block's KW partial sums are added in fixed order through shared memory, then the

@@ -1,4 +1,4 @@
-// Explicit instantiations of the warp-specialized kernel (spmm_producer.cuh); kernel 21.
+// Explicit instantiations of the warp-specialized kernel (spmm_producer.cuh): producer_f32_128x256_sm90a.
 #include "spmm_producer.cuh"
 #include "spmm_producer.h"
 

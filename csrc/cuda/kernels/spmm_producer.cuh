@@ -31,8 +31,8 @@
 // sums in fixed order (+ bias). Epilogue:
 // the tile is staged row-major in shared memory and written by bulk copies, one per row.
 // Measured against the 1-D bulk copy per row (one per xT or values row): that version was copy-bound
-// at 19-35 TFLOP/s (experiments/s28_producer_probe1.txt); with the tensor copies the kernel runs as
-// fast as with no copies at all (probe2).
+// at 19-35 TFLOP/s on H100; with the tensor copies the kernel runs as
+// fast as with no copies at all.
 #pragma once
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -384,7 +384,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)
   bulk_store_commit_and_wait_read();
 }
 
-// Kernel 22's reduction: y[tile] = sum_{z < splits} ws[z][slot] (+ bias) for the tail's tiles, in
+// The tail kernel's reduction: y[tile] = sum_{z < splits} ws[z][slot] (+ bias) for the tail's tiles, in
 // fixed z order; slot s is the tile first_tile + s (m-tile fastest over mt m-tiles). n % 4 == 0.
 template <int BM, int BN>
 __global__ void reduce_tail_tiles_kernel(const float* __restrict__ ws, int splits, int64_t tail, int64_t first_tile,
@@ -442,7 +442,7 @@ inline bool encode_matrix(CUtensorMap* map, const float* base, int64_t rows, int
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-// Launches the warp-specialized kernel (TAIL: kernel 22 with `tail` split tiles, and its reduction).
+// Launches the warp-specialized kernel (TAIL: split-K on the last `tail` tiles, and their reduction).
 // Refuses (cudaErrorInvalidValue) what it was not built for: compute capability < 9.0,
 // KB / M * N != WB, L < 32, cluster_reduce, unaligned values / xT / output, sizes past the tensor
 // copies' 32-bit coordinates, a tail larger than the grid.
@@ -461,7 +461,7 @@ cudaError_t launch_producer_impl(const SpmmParams& p, cudaStream_t stream, int64
       p.n > kMaxCoord || p.k > kMaxCoord || w > kMaxCoord)
     return cudaErrorInvalidValue;
   const int64_t mt = (p.m + C::BM - 1) / C::BM, ntl = (p.n + C::BN - 1) / C::BN;
-  // Kernel 22 without a split or without a tail is kernel 21 with split 1.
+  // TAIL without a split or without a tail is the plain kernel with split 1.
   const bool tail_split = TAIL && p.split_k > 1 && tail > 0;
   if (TAIL && (tail < 0 || tail > mt * ntl)) return cudaErrorInvalidValue;
   const bool to_workspace = TAIL ? tail_split : p.split_k > 1;

@@ -1,5 +1,5 @@
 // Explicit instantiations of the warp-specialized kernel with split-K on the last round's tiles only
-// (spmm_producer.cuh, TAIL); kernel 22.
+// (spmm_producer.cuh, TAIL): producer_tail_f32_128x256_sm90a.
 #include "spmm_producer.cuh"
 #include "spmm_producer.h"
 

@@ -83,7 +83,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
     if constexpr (MR == 8) {
       // m in 5..8: the chunk's compressed rows in batches of 16 per warp, with all 16 index and
       // weight loads issued before any math (rows past the chunk re-read its last row and count
-      // as zero). Measured on H100 (decode_sweep): 13% faster on geomean than the per-window loop
+      // as zero). Measured on H100: 13% faster on geomean than the per-window loop
       // below at m = 8, but 6-7% slower at m = 4 and m = 16, which keep that loop.
       constexpr int R = 16;
       const int64_t u_end = ge * N;

@@ -30,10 +30,10 @@
 // with the cluster reduction): the tile (or split-K partial tile) is staged row-major in shared
 // memory and each row written by one bulk asynchronous copy (bulk_store.cuh); the 2 x TM dependent
 // 16-byte global stores per thread it replaces took 5-14% of the warp samples in an ncu
-// source-level profile (experiments/ncu_s18_source_summary.txt). Session
-// 18 compiled it into the 128-row tiles only (in the smaller ones it moved the main loop's register
-// allocation: 64x128 WB 8 went to 2 blocks per SM); with the 64x128 WB >= 8 variants held at 3
-// blocks per SM (MIN_BLOCKS) every tile takes it (experiments/s19_bulk_store_all_tiles_ab.txt).
+// source-level profile on H100. In the smaller tiles it can move the main loop's register
+// allocation (64x128 WB 8 at 2 blocks per SM); with the 64x128 WB >= 8 variants held at 3 blocks
+// per SM (MIN_BLOCKS) every tile takes it.
+//
 #pragma once
 #include <cuda_runtime.h>
 
@@ -70,8 +70,8 @@ struct TiledConfig {
   // the iteration that stores them, after its math) or 2 (one iteration earlier). 2 only for the
   // k-block-64 WB = 8 kernels (4:32) of the 128x128 (16x8 thread tile) and 32x128 tiles.
   // 128x128: +8-10% on its plans in two H100 A/Bs (100-point shapes at m = 256, 512; 4096^3
-  // 0.544 -> 0.504 ms; experiments/index_ahead_ab.txt). 32x128 (session 21, two interleaved
-  // repetitions of flushed CUDA-graph timings, experiments/s21_index_ahead_ab.txt): its 6 plans
+  // 0.544 -> 0.504 ms). 32x128 (two interleaved repetitions of flushed CUDA-graph timings):
+  // its 6 plans
   // 1.09x on geomean (256x2048x2048 29.5 -> 23.4 us, 256x4096x4096 1.16x, 1.01-1.07x on the
   // others), while every other config's plans lost 1-6% with 2 (or 3) stages ahead.
   static constexpr int INDEX_AHEAD =
@@ -79,7 +79,7 @@ struct TiledConfig {
   // The 128x128 tiles (16x8 and 8x8 thread tiles) pair their lanes for shared-memory loads and
   // keep gather offsets in D_s as byte offsets from the start of shared memory (stage included),
   // so a row's A fragment address is one add: +6% (16:32) and +3% (12:32) on their plans, +/-1%
-  // at 8:32 and 4:32, in an H100 A/B (experiments/s8_lane_byte_offsets_ab.txt). Not for the
+  // at 8:32 and 4:32, in an H100 A/B. Not for the
   // smaller tiles: 64x128 at 8:32 measured 2% slower, 64x64 the same.
   static constexpr bool PAIRED_LANES = BM_ == 128 && BN_ == 128;
   static constexpr bool BYTE_OFFSETS = BM_ == 128 && BN_ == 128;
@@ -88,13 +88,13 @@ struct TiledConfig {
   // between the offset load and the fragment LDS). Only for the 128x128 WB = 12 kernel (12:32): in
   // an H100 A/B over the 128x128 16x8-thread-tile k-block-32 kernels its plans gained 1.1-1.6% at
   // m = 256, 1024, 4096 while those of WB = 8 lost 1.0% and WB = 16 0.6%
-  // (experiments/s19_lane_offsets_ab.txt). Not at k-block 64 either way: the 4:32 kernel's 3
+  // on H100. Not at k-block 64 either way: the 4:32 kernel's 3
   // stages would no longer fit twice per SM.
   static constexpr bool LANE_OFFSETS = BM_ == 128 && BN_ == 128 && TM_ == 16 && KB_ == 32 && WB_ == 12;
   // SERPENTINE_FMA: a fragment's FMAs in 2x2 blocks walked in a serpentine, so each FMA shares an
   // operand with the one before and ptxas marks both operands for reuse more often. Only the 64-row
-  // (8x8 thread tile) fixed-WB warp-uniform tiles: in a session-36 H100 A/B of one build (flushed, the
-  // 100-point (n, k) at m = 256 and 512; experiments/s36_tiled_serp_ab.sh) their plans ran 1.017-1.040x
+  // (8x8 thread tile) fixed-WB warp-uniform tiles: in an H100 A/B of one build (flushed, the
+  // 100-point (n, k) at m = 256 and 512) their plans run 1.017-1.040x
   // (64x128) and 1.019-1.049x (64x64) per pattern, while the 32x128 tile lost at 12:32 (0.98x) and the
   // 128x128 8x8 tile at 8:32 and 4:32 (0.97x, 0.99x), so those keep the rows-major order.
   static constexpr bool SERPENTINE_FMA = TM_ == 8 && BM_ == 64 && !PACKED_ && UNIFORM_ && WB_ > 0;
@@ -111,7 +111,7 @@ struct TiledConfig {
   // Blocks per SM the register allocation must allow (TM = 16 needs ~220-240 registers; a
   // tighter bound spills). With the bound at 2, ptxas gives the fixed-WB stages of the smaller
   // tiles 150-200 registers, which leaves SMs with fewer warps than shared memory allows; where an
-  // H100 A/B of the register bound measured faster (experiments/s15_register_bound_ab.txt), those
+  // H100 A/B of the register bound measures faster, those
   // variants ask for more blocks: 64x128 3 (168 registers, WB = 16 and the k-block-64 WB = 8),
   // 32x128 4 (128 registers, k-block 32, WB >= 8), 64x64 (2 warps) 6 (168 registers, WB <= 12).
   // 64x128 with WB = 8 and 12 is held at 3 too since the bulk-store epilogue (without the bound,
@@ -422,7 +422,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
   // no row checks), so the scheduler hides the address arithmetic and issue of the copies behind
   // the FMAs of the same warp instead of running them as a separate phase after the barrier.
   // (Spreading the copies over all rows measured slower: the last ones land too late for the
-  // short stages of the 8x8-thread-tile kernels; experiments/fixed_wb_load_rows_probe.txt.)
+  // short stages of the 8x8-thread-tile kernels.)
   auto compute_and_load = [&](int s, int nxt) {
     if constexpr (C::FIXED) {
       constexpr int WB = C::WB, G = WB / 4;
@@ -575,9 +575,9 @@ cudaError_t launch_tiled(const SpmmParams& p, cudaStream_t stream) {
   cfg.gridDim = grid;
   cfg.blockDim = dim3(C::THREADS, 1, 1);
   // Launched during the x transpose (p.dependent_launch), as the warp-packed kernels: the block's
-  // shared memory is padded so that no SM takes more than ceil(blocks / SMs) blocks (session 16's
-  // dependent launch without it ran up to 25% slower on sub-wave grids: blocks piled onto the SMs
-  // the transpose freed first; experiments/overlap_launch_ab.txt). Padding to that many blocks never
+  // shared memory is padded so that no SM takes more than ceil(blocks / SMs) blocks (a dependent
+  // launch without it runs up to 25% slower on sub-wave grids: blocks pile onto the SMs the
+  // transpose frees first). Padding to that many blocks never
   // holds an SM below min(that, what registers and the unpadded size allow).
   size_t launch_smem = smem;
   if (p.dependent_launch && sm.sms > 0 && sm.smem_per_sm > 0) {

@@ -188,10 +188,10 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) spmm_warp_packed_ke
       f.b[0] = b0.x; f.b[1] = b0.y; f.b[2] = b0.z; f.b[3] = b0.w;
       f.b[4] = b1.x; f.b[5] = b1.y; f.b[6] = b1.z; f.b[7] = b1.w;
     };
-    // The 8- and 4-row thread tiles take their FMAs in a serpentine (fma_order.cuh): 1.021x (kernel 19)
-    // and 1.015-1.017x (kernel 20) in a session-36 H100 A/B of the same build, where the 16-row tile
-    // (kernel 18) ran 0.98x and keeps the rows-major order
-    // (benchmarks/results/h100/experiments/s36_wp_serp_ab.sh; tools/ffma_ceiling_probe.cu).
+    // The 8- and 4-row thread tiles take their FMAs in a serpentine (fma_order.cuh): 1.021x
+    // (warp_packed_f32_64x128) and 1.015-1.017x (warp_packed_f32_32x128) in an H100 A/B of the same
+    // build, where the 16-row tile (warp_packed_f32_128x128) runs 0.98x and keeps the rows-major
+    // order.
     auto fma_frag = [&](const Frag& f) {
       if constexpr (TM <= 8)
         fma_serpentine<TM>(acc, f.a, f.b);
@@ -267,7 +267,7 @@ cudaError_t launch_warp_packed(const SpmmParams& p, cudaStream_t stream) {
   // Launched during the transpose (p.dependent_launch), a grid that would leave room on its SMs is held to
   // B = ceil(blocks / SMs) blocks per SM (the busiest SM's share of an even spread): padded shared
   // memory lets no SM take B + 1. Without it, blocks stacked on the SMs that had room first (an H100
-  // A/B: sub-wave grids ran up to 2x slower; experiments/s26_xt_overlap_ab.txt).
+  // A/B: sub-wave grids run up to 2x slower).
   size_t smem = smem_need;
   if (p.dependent_launch && sm.sms > 0 && sm.smem_per_sm > 0) {
     const int64_t per_sm = (mt * ntl * p.split_k + sm.sms - 1) / sm.sms;

@@ -14,8 +14,8 @@ struct WarpPackedConfig;
 template <class C>
 cudaError_t launch_warp_packed(const SpmmParams& p, cudaStream_t stream);
 
-// The three configurations (one per spmm_warp_packed_tm*.cu), chosen in a session-23 H100 A/B of
-// (WB, STAGES) variants (experiments/s23_warp_packed_ab{1,2}.txt): 128x128 with 12 rows x 3 stages
+// The three configurations (one per spmm_warp_packed_tm*.cu), chosen in an H100 A/B of
+// (WB, STAGES) variants: 128x128 with 12 rows x 3 stages
 // (8 x 4, 8 x 5 and 16 x 2 measured 1-3% slower at m >= 1024; 16 x 3 does not fit 2 blocks per SM),
 // 64x128 and 32x128 with 16 x 3 (8 x 4, and 12 x 4 for 64x128, slower on most shapes).
 using WarpPacked128x128 = WarpPackedConfig<16, 12, 3>;
