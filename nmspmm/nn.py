@@ -299,7 +299,8 @@ def _tied_linears(model: nn.Module) -> set:
 
 def sparsify_(model: nn.Module, N: int, M: int, L: int,
               filter_fn: Optional[Callable[[nn.Module, str], bool]] = None, *,
-              empty: bool = False) -> nn.Module:
+              empty: bool = False, method: Optional[str] = None, calibration=None,
+              patterns=None, **prune_kwargs) -> nn.Module:
     """Replace ``nn.Linear`` layers of ``model`` in place by :class:`NMLinear` and return ``model``.
 
     filter_fn(module, fqn) -> bool picks the layers (default: leaf name in ``DEFAULT_TARGETS``).
@@ -308,8 +309,22 @@ def sparsify_(model: nn.Module, N: int, M: int, L: int,
     out_features % L) are skipped with a single warning. With ``empty=True`` the layers are
     swapped for empty NMLinear layers (no pruning), ready for ``load_state_dict`` of a sparse
     checkpoint. The report is logged (logger "nmspmm", INFO) and kept: ``sparsify_report(model)``.
+
+    Pruning (``nmspmm.pruning``, docs/pruning.md): ``method`` is "magnitude", "wanda" or
+    "sparsegpt"; by default "sparsegpt" when ``calibration`` (an iterable of input_ids tensors or
+    of dicts of model kwargs) is given, else "magnitude". ``patterns`` gives layers their own
+    (N, M, L): a mapping from module name or fnmatch glob, or a callable ``(fqn, module)``; a
+    pattern of None keeps that layer dense. Other keyword arguments go to
+    ``nmspmm.pruning.prune_linears`` (sequential, permute, blocksize, percdamp, device, progress).
     """
+    from . import pruning
     _check_pattern(N, M, L)
+    if method is None:
+        method = "sparsegpt" if calibration is not None else "magnitude"
+    if method not in pruning.METHODS:
+        raise ValueError(f"nmspmm.sparsify_: method must be one of {pruning.METHODS}, got {method!r}")
+    if method != "magnitude" and calibration is None and not empty:
+        raise ValueError(f"nmspmm.sparsify_: method={method!r} needs calibration data")
     report = SparsifyReport(pattern=(N, M, L), model_bytes_before=_tensor_bytes(model))
     never = set()
     get_out = getattr(model, "get_output_embeddings", None)
@@ -325,6 +340,7 @@ def sparsify_(model: nn.Module, N: int, M: int, L: int,
     # Materialize the module list before swapping anything.
     modules = list(model.named_modules())
     replaced: Dict[int, nn.Module] = {}
+    picked_layers = []
     for fqn, mod in modules:
         if not isinstance(mod, nn.Linear):
             continue
@@ -342,18 +358,31 @@ def sparsify_(model: nn.Module, N: int, M: int, L: int,
         if id(mod) in tied:
             report.skipped.append((fqn, "weight is tied to another module"))
             continue
-        problem = _shape_problem(mod.in_features, mod.out_features, M, L)
+        pattern = pruning.resolve_pattern(patterns, (N, M, L), fqn, mod)
+        if pattern is None:
+            report.skipped.append((fqn, "kept dense by patterns"))
+            continue
+        _check_pattern(*pattern)
+        problem = _shape_problem(mod.in_features, mod.out_features, pattern[1], pattern[2])
         if problem:
             report.skipped.append((fqn, problem))
             continue
         if mod.weight.dtype not in _SUPPORTED_DTYPES:
             report.skipped.append((fqn, f"dtype {mod.weight.dtype} is not float32/float16/bfloat16"))
             continue
+        picked_layers.append((fqn, mod, pattern))
+
+    masks: Dict[str, torch.Tensor] = {}
+    if not empty and (method != "magnitude" or prune_kwargs.get("permute")):
+        masks, stats = pruning.prune_linears(model, {f: p for f, _, p in picked_layers}, method,
+                                             calibration, **prune_kwargs)
+        model._nmspmm_prune_stats = stats
+    for fqn, mod, pattern in picked_layers:
         if empty:
-            new = NMLinear(mod.in_features, mod.out_features, N, M, L, bias=mod.bias is not None,
+            new = NMLinear(mod.in_features, mod.out_features, *pattern, bias=mod.bias is not None,
                            device=mod.weight.device, dtype=mod.weight.dtype)
         else:
-            new = NMLinear.from_dense(mod, N, M, L)
+            new = NMLinear.from_dense(mod, *pattern, mask=masks.get(fqn))
         new.train(mod.training)
         replaced[id(mod)] = new
         dense = mod.weight.numel() * mod.weight.element_size()

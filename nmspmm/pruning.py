@@ -1,0 +1,573 @@
+"""Calibrated one-shot pruning to vector-wise N:M, and recovery of the kept values.
+
+Methods (every (N, M, L) the format supports):
+
+* ``magnitude``: per window of M inputs and vector of L outputs, keep the N inputs with the
+  largest L2 norm over the vector's rows (``nmspmm.prune``). Needs no data.
+* ``wanda``: score ``|W[j, c]| * ||X[:, c]||_2`` (the input feature's norm over the calibration
+  tokens), summed over the L rows of each vector; keep the N best per (vector, window). Weights are
+  not changed.
+* ``sparsegpt``: optimal-brain-surgeon pruning from the layer Hessian ``H = X^T X`` (damped), as in
+  SparseGPT, with the mask chosen per (L-vector, M-window): at the first column of each window the
+  OBS saliency ``w^2 / [chol(H^-1)]_cc^2`` of every candidate is summed over the vector's L rows and
+  the N best positions are kept; then, column by column, the pruned weights' error is compensated
+  on the not yet processed columns (blocks of ``blocksize`` columns, lazy batched updates).
+
+With calibration data the projections are pruned layer by layer (``sequential=True``): the inputs
+of a decoder layer come from the already-pruned layers below it, and inside a Llama-style layer
+the projections are pruned in execution order (q/k/v, o, gate/up, down) so each sees the outputs
+of the pruned ones before it. Optionally (``permute=True``) the rows of gate/up (with the columns
+of down) and of v (within heads, with the columns of o) are permuted first so that rows wanting
+the same inputs share an L-vector (``nmspmm.permute``); the permutation is absorbed exactly.
+
+Recovery: :func:`trainable_values` makes the kept values of every :class:`~nmspmm.NMLinear` of a
+model trainable (mask frozen; the gradient is ``(grad_y^T x)`` gathered at the kept positions), and
+:func:`recover` fine-tunes them by distillation from the dense model.
+"""
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import math
+import time
+import types
+from dataclasses import dataclass, field
+from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ._ops import ops
+
+Pattern = Tuple[int, int, int]
+PatternSpec = Union[None, Mapping[str, Optional[Pattern]], Callable[[str, nn.Module], Optional[Pattern]]]
+
+METHODS = ("magnitude", "wanda", "sparsegpt")
+
+__all__ = ["METHODS", "vw_topk_mask", "magnitude_mask", "wanda_mask", "sparsegpt_prune",
+           "resolve_pattern", "prune_linears", "PruneStats", "spmm_trainable", "trainable_values",
+           "recover"]
+
+
+# ------------------------------------------------------------------------------------ masks
+def vw_topk_mask(score: torch.Tensor, N: int, M: int, L: int) -> torch.Tensor:
+    """Bool mask [out, in]: per vector of L consecutive rows and window of M consecutive columns,
+    keep the N columns whose score, summed over the vector's rows, is largest."""
+    out, inp = score.shape
+    s = score.float().reshape(out // L, L, inp // M, M).sum(1)          # [out/L, in/M, M]
+    keep = s.topk(N, dim=-1).indices
+    m = torch.zeros_like(s, dtype=torch.bool).scatter_(-1, keep, True)
+    return m.unsqueeze(1).expand(out // L, L, inp // M, M).reshape(out, inp)
+
+
+def magnitude_mask(weight: torch.Tensor, N: int, M: int, L: int) -> torch.Tensor:
+    """Magnitude mask (L2 norm of each candidate over the vector's rows); ``nmspmm.prune``."""
+    return ops.prune(weight.detach(), N, M, L)
+
+
+def wanda_mask(weight: torch.Tensor, feature_norm: torch.Tensor, N: int, M: int, L: int) -> torch.Tensor:
+    """Wanda mask: ``|W| * feature_norm[None, :]`` summed over each L-vector, N best per window.
+    ``feature_norm[in]`` is the L2 norm of each input feature over the calibration tokens."""
+    return vw_topk_mask(weight.detach().float().abs() * feature_norm.float()[None, :], N, M, L)
+
+
+@torch.no_grad()
+def sparsegpt_prune(weight: torch.Tensor, hessian: torch.Tensor, N: int, M: int, L: int,
+                    blocksize: int = 128, percdamp: float = 0.01) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Vector-wise N:M SparseGPT on one layer.
+
+    weight [out, in], hessian [in, in] = sum of x x^T over the calibration inputs (any positive
+    scale). Returns ``(pruned weight, mask)``: the pruned weight (float32, zeros where pruned) has
+    the error of the pruned entries compensated on later columns; mask is bool [out, in],
+    vector-wise N:M. ``blocksize`` is rounded up to a multiple of M.
+    """
+    W = weight.detach().float().clone()
+    out, cols = W.shape
+    H = hessian.detach().to(device=W.device, dtype=torch.float32).clone()
+    dead = torch.diag(H) == 0
+    H[dead, dead] = 1
+    W[:, dead] = 0
+    damp = percdamp * torch.mean(torch.diag(H))
+    H.diagonal().add_(damp)
+    # Upper Cholesky factor of H^-1: row c holds the OBS update of column c onto columns > c.
+    for attempt in range(6):
+        try:
+            Hinv = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(H)), upper=True)
+            break
+        except RuntimeError:  # not positive definite in float32: more damping
+            H.diagonal().add_(damp * 10 ** attempt)
+    else:
+        raise RuntimeError("nmspmm.sparsegpt_prune: the damped Hessian is not positive definite")
+    blocksize = max(M, -(-blocksize // M) * M)
+    mask = torch.zeros(out, cols, dtype=torch.bool, device=W.device)
+    for i1 in range(0, cols, blocksize):
+        i2 = min(i1 + blocksize, cols)
+        W1 = W[:, i1:i2].clone()
+        Q1 = torch.zeros_like(W1)
+        Err1 = torch.zeros_like(W1)
+        Hinv1 = Hinv[i1:i2, i1:i2]
+        d1 = torch.diag(Hinv1)
+        for i in range(i2 - i1):
+            if i % M == 0:
+                sal = W1[:, i:i + M] ** 2 / d1[i:i + M][None, :] ** 2
+                mask[:, i1 + i:i1 + i + M] = vw_topk_mask(sal, N, M, L)
+            w = W1[:, i]
+            q = w * mask[:, i1 + i]
+            err = (w - q) / d1[i]
+            W1[:, i:] -= err[:, None] * Hinv1[i, i:][None, :]
+            Q1[:, i] = q
+            Err1[:, i] = err
+        W[:, i1:i2] = Q1
+        W[:, i2:] -= Err1 @ Hinv[i1:i2, i2:]
+    return W, mask
+
+
+# --------------------------------------------------------------------------- pattern lookup
+def resolve_pattern(patterns: PatternSpec, default: Optional[Pattern], fqn: str,
+                    module: nn.Module) -> Optional[Pattern]:
+    """The (N, M, L) of layer ``fqn``, or None to keep it dense.
+
+    ``patterns`` is None (every layer gets ``default``), a callable ``(fqn, module) -> pattern or
+    None``, or a mapping whose keys are full module names or fnmatch globs ("*.mlp.down_proj",
+    "model.layers.0.*"); the first matching key wins (exact names before globs), a value of None
+    keeps the layer dense, and unmatched layers get ``default``."""
+    if patterns is None:
+        return default
+    if callable(patterns):
+        p = patterns(fqn, module)
+        return None if p is None else tuple(int(v) for v in p)
+    if fqn in patterns:
+        p = patterns[fqn]
+        return None if p is None else tuple(int(v) for v in p)
+    for key, p in patterns.items():
+        if fnmatch.fnmatchcase(fqn, key):
+            return None if p is None else tuple(int(v) for v in p)
+    return default
+
+
+# ------------------------------------------------------------------------ calibration driver
+@dataclass
+class PruneStats:
+    """What :func:`prune_linears` did: per-layer pattern and output reconstruction error
+    ``||X W^T - X W_pruned^T||_F^2 / ||X W^T||_F^2`` on the calibration inputs, time and peak
+    memory."""
+    method: str
+    layers: Dict[str, Pattern] = field(default_factory=dict)
+    rel_error: Dict[str, float] = field(default_factory=dict)
+    permuted: Dict[str, float] = field(default_factory=dict)  # group -> retained-score gain
+    seconds: float = 0.0
+    tokens: int = 0
+
+
+class _HessianHook:
+    """Accumulates ``H = sum x x^T`` (float32) over the inputs of one Linear."""
+
+    def __init__(self, module: nn.Linear, device: torch.device):
+        self.H = torch.zeros(module.in_features, module.in_features, device=device, dtype=torch.float32)
+        self.n = 0
+        self.handle = module.register_forward_pre_hook(self._hook)
+
+    def _hook(self, module, args):
+        x = args[0].detach().reshape(-1, args[0].shape[-1]).to(self.H.device, torch.float32)
+        self.H.addmm_(x.T, x)
+        self.n += x.shape[0]
+
+    def remove(self):
+        self.handle.remove()
+
+
+# Execution order of the projections inside a Llama/Mistral/Qwen decoder layer.
+_STAGES = (("q_proj", "k_proj", "v_proj"), ("o_proj",), ("gate_proj", "up_proj"), ("down_proj",))
+
+
+def _stages(names: List[str], true_sequential: bool) -> List[List[str]]:
+    if not true_sequential:
+        return [names]
+    out, left = [], list(names)
+    for stage in _STAGES:
+        here = [n for n in left if n.rsplit(".", 1)[-1] in stage]
+        if here:
+            out.append(here)
+            left = [n for n in left if n not in here]
+    if left:
+        out.append(left)
+    return out
+
+
+def _find_blocks(model: nn.Module, targets: Sequence[str]) -> Tuple[str, Optional[nn.ModuleList]]:
+    """The ModuleList of decoder layers holding the target Linears (the longest such list)."""
+    best = ("", None)
+    for name, mod in model.named_modules():
+        if isinstance(mod, nn.ModuleList) and len(mod) > 0:
+            inside = [t for t in targets if t.startswith(name + ".")]
+            if inside and (best[1] is None or len(mod) > len(best[1])):
+                best = (name, mod)
+    return best
+
+
+class _Stop(Exception):
+    pass
+
+
+def _as_batches(calibration) -> List[dict]:
+    batches = []
+    for b in calibration:
+        if isinstance(b, torch.Tensor):
+            b = {"input_ids": b if b.dim() == 2 else b[None]}
+        batches.append(dict(b))
+    if not batches:
+        raise ValueError("nmspmm: calibration is empty")
+    return batches
+
+
+def _progress(total: int, desc: str, enabled: bool):
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:  # pragma: no cover
+        return contextlib.nullcontext(types.SimpleNamespace(update=lambda n=1: None, set_postfix_str=lambda s: None))
+    return tqdm(total=total, desc=desc, disable=not enabled, leave=False)
+
+
+@torch.no_grad()
+def _prune_one(method: str, module: nn.Linear, pattern: Pattern, H: Optional[torch.Tensor],
+               n_tokens: int, blocksize: int, percdamp: float) -> Tuple[torch.Tensor, float]:
+    """Prune ``module`` in place (its weight becomes the pruned dense weight); returns (mask,
+    relative output error on the calibration inputs, NaN without them)."""
+    N, M, L = pattern
+    W0 = module.weight.detach()
+    dev = H.device if H is not None else W0.device
+    Wf = W0.to(dev, torch.float32)
+    if method == "magnitude":
+        mask = magnitude_mask(Wf, N, M, L)
+        Wp = Wf * mask
+    elif method == "wanda":
+        mask = wanda_mask(Wf, torch.diag(H).clamp_min(0).sqrt(), N, M, L)
+        Wp = Wf * mask
+    elif method == "sparsegpt":
+        Wp, mask = sparsegpt_prune(Wf, H, N, M, L, blocksize=blocksize, percdamp=percdamp)
+    else:
+        raise ValueError(f"nmspmm: unknown pruning method {method!r}; expected one of {METHODS}")
+    err = float("nan")
+    if H is not None:
+        D = Wf - Wp
+        num = torch.einsum("oi,ij,oj->", D, H, D)
+        den = torch.einsum("oi,ij,oj->", Wf, H, Wf)
+        err = float(num / den.clamp_min(1e-30))
+    module.weight.copy_(Wp.to(W0.device, W0.dtype))
+    return mask.to(W0.device), err
+
+
+def _run_block(block: nn.Module, inputs: List[Tuple[tuple, dict]]) -> List[torch.Tensor]:
+    outs = []
+    for args, kwargs in inputs:
+        y = block(*args, **kwargs)
+        outs.append(y[0] if isinstance(y, (tuple, list)) else y)
+    return outs
+
+
+def prune_linears(model: nn.Module, layers: Mapping[str, Pattern], method: str = "sparsegpt",
+                  calibration: Optional[Iterable] = None, *, sequential: bool = True,
+                  true_sequential: bool = True, permute: bool = False, blocksize: int = 128,
+                  percdamp: float = 0.01, device: Optional[Union[str, torch.device]] = None,
+                  progress: bool = True) -> Tuple[Dict[str, torch.Tensor], PruneStats]:
+    """Prune the Linear layers named in ``layers`` (fqn -> (N, M, L)) of ``model`` in place.
+
+    Each pruned layer's ``weight`` becomes its pruned dense weight (zeros where pruned; for
+    ``sparsegpt`` the kept weights are also updated). Returns ``({fqn: bool mask}, stats)``; the
+    masks are vector-wise N:M, ready for ``nmspmm.compress(weight, N, M, L, mask=...)``.
+
+    calibration: an iterable of ``input_ids`` tensors ([batch, seq] or [seq]) or of dicts of model
+    keyword arguments; needed by ``wanda`` and ``sparsegpt``. With ``sequential`` the decoder layers
+    (the model's longest ModuleList holding the layers) are processed one after another on the
+    pruned model's activations, on ``device`` (default: CUDA when available, else the model's
+    device) one layer at a time; otherwise all statistics come from one pass of the dense model.
+    ``permute`` permutes MLP and attention-v rows before pruning (Llama-style layers only).
+    """
+    if method not in METHODS:
+        raise ValueError(f"nmspmm: unknown pruning method {method!r}; expected one of {METHODS}")
+    t0 = time.perf_counter()
+    stats = PruneStats(method=method, layers=dict(layers))
+    mods = dict(model.named_modules())
+    masks: Dict[str, torch.Tensor] = {}
+    if method == "magnitude" and not permute:
+        for fqn, pat in layers.items():
+            masks[fqn], stats.rel_error[fqn] = _prune_one(method, mods[fqn], pat, None, 0, blocksize, percdamp)
+        stats.seconds = time.perf_counter() - t0
+        return masks, stats
+    if calibration is None:
+        raise ValueError(f"nmspmm: method={method!r}" + (" with permute=True" if permute else "") +
+                         " needs calibration data (calibration=[input_ids, ...])")
+    batches = _as_batches(calibration)
+    model_dev = next(model.parameters()).device
+    if device is None:
+        device = torch.device("cuda") if torch.cuda.is_available() else model_dev
+    device = torch.device(device)
+
+    block_name, blocks = _find_blocks(model, list(layers)) if sequential else ("", None)
+    if blocks is None:  # one pass over the dense model, all statistics at once
+        units = [("", model, list(layers))]
+    else:
+        units = []
+        for i, blk in enumerate(blocks):
+            pre = f"{block_name}.{i}."
+            names = [n for n in layers if n.startswith(pre)]
+            units.append((pre, blk, names))
+        outside = [n for n in layers if not any(n in u[2] for u in units)]
+        if outside:
+            raise ValueError(f"nmspmm: layers outside the decoder blocks {block_name!r} cannot be "
+                             f"pruned sequentially: {outside[:4]}; pass sequential=False")
+
+    was_training = model.training
+    model.eval()
+    try:
+        if blocks is None:
+            inputs = None
+        else:
+            inputs = _capture_block_inputs(model, blocks[0], batches, model_dev)
+            stats.tokens = sum(int(a[0].shape[0] * a[0].shape[1]) for a, _ in inputs)
+        total = sum(len(u[2]) for u in units)
+        with _progress(total, f"nmspmm {method}", progress) as bar:
+            for pre, unit, names in units:
+                if blocks is not None:
+                    unit_dev = next(unit.parameters()).device
+                    if unit_dev != device:
+                        unit.to(device)
+                    inputs = [(_move(a, device), _move(k, device)) for a, k in inputs]
+                for stage in _stages(names, true_sequential and blocks is not None):
+                    if permute:
+                        _maybe_permute(model, mods, pre, stage, layers, unit, inputs, batches, stats, device)
+                    hooks = {n: _HessianHook(mods[n], device) for n in stage}
+                    try:
+                        if blocks is None:
+                            for b in batches:
+                                model(**_move(b, model_dev), use_cache=False)
+                        else:
+                            _run_block(unit, inputs)
+                    finally:
+                        for h in hooks.values():
+                            h.remove()
+                    for n in stage:
+                        stats.tokens = stats.tokens or hooks[n].n
+                        masks[n], stats.rel_error[n] = _prune_one(method, mods[n], layers[n], hooks[n].H,
+                                                                  hooks[n].n, blocksize, percdamp)
+                        bar.update(1)
+                    del hooks
+                if blocks is not None:
+                    outs = _run_block(unit, inputs)
+                    inputs = [((o,) + tuple(a[1:]), k) for o, (a, k) in zip(outs, inputs)]
+                    if unit_dev != device:
+                        unit.to(unit_dev)
+    finally:
+        model.train(was_training)
+    stats.seconds = time.perf_counter() - t0
+    return masks, stats
+
+
+def _move(obj, device):
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device)
+    if isinstance(obj, dict):
+        return {k: _move(v, device) for k, v in obj.items()}
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(_move(v, device) for v in obj)
+    return obj
+
+
+@torch.no_grad()
+def _capture_block_inputs(model: nn.Module, first: nn.Module, batches: List[dict],
+                          device: torch.device) -> List[Tuple[tuple, dict]]:
+    """(args, kwargs) of the first decoder layer for every calibration batch."""
+    captured: List[Tuple[tuple, dict]] = []
+
+    def hook(mod, args, kwargs):
+        kw = {k: v for k, v in kwargs.items() if k not in ("past_key_value", "past_key_values")}
+        kw["use_cache"] = False
+        captured.append((tuple(a.detach() if isinstance(a, torch.Tensor) else a for a in args), kw))
+        raise _Stop
+
+    handle = first.register_forward_pre_hook(hook, with_kwargs=True)
+    try:
+        for b in batches:
+            try:
+                model(**_move(b, device), use_cache=False)
+            except _Stop:
+                pass
+    finally:
+        handle.remove()
+    if len(captured) != len(batches):
+        raise RuntimeError("nmspmm: could not capture the inputs of the first decoder layer")
+    # Hidden states may arrive as a keyword argument; make them positional.
+    fixed = []
+    for args, kw in captured:
+        if not args and "hidden_states" in kw:
+            kw = dict(kw)
+            args = (kw.pop("hidden_states"),)
+        fixed.append((args, kw))
+    return fixed
+
+
+def _maybe_permute(model, mods, pre, stage, layers, unit, inputs, batches, stats, device):
+    """Before pruning the (gate, up) or (q, k, v) stage of a Llama-style layer, permute rows so
+    that rows wanting the same inputs share an L-vector (see nmspmm.permute)."""
+    from . import permute as P
+    leaves = {n.rsplit(".", 1)[-1]: n for n in stage}
+    if "gate_proj" in leaves and "up_proj" in leaves:
+        kind, rows = "mlp", [leaves["gate_proj"], leaves["up_proj"]]
+    elif "v_proj" in leaves:
+        kind, rows = "attn", [leaves["v_proj"]]
+    else:
+        return
+    pats = {layers[n] for n in rows}
+    if len(pats) != 1:
+        return
+    (N, M, L), = pats
+    if L == 1:
+        return
+    hooks = {n: _HessianHook(mods[n], device) for n in rows}
+    try:
+        _run_block(unit, inputs)
+    finally:
+        for h in hooks.values():
+            h.remove()
+    parent = mods[rows[0].rsplit(".", 1)[0]]
+    scores = [mods[n].weight.detach().float().to(device).abs() *
+              torch.diag(hooks[n].H).clamp_min(0).sqrt()[None, :] for n in rows]
+    if kind == "mlp":
+        perm, gain = P.mlp_permutation(scores, N, M, L)
+        P.permute_mlp_(parent, perm)
+    else:
+        cfg = getattr(model, "config", None)
+        head_dim = getattr(parent, "head_dim", None) or (cfg.hidden_size // cfg.num_attention_heads)
+        perm, gain = P.vector_permutation(scores, N, M, L, block=head_dim)
+        P.permute_attention_v_(parent, perm, head_dim)
+    stats.permuted[rows[0].rsplit(".", 1)[0]] = gain
+
+
+# ---------------------------------------------------------------------------------- recovery
+def _kept_columns(indices: torch.Tensor, N: int, M: int, L: int, out_features: int) -> torch.Tensor:
+    """int64 [in*N/M, out]: the input column of every stored value."""
+    rows = indices.shape[0]
+    base = (torch.arange(rows, device=indices.device) // N * M)[:, None]
+    return base + indices.long().repeat_interleave(L, dim=1)[:, :out_features]
+
+
+class _SpmmValues(torch.autograd.Function):
+    """y = x @ decompress(values).T + bias with gradients for x, the kept values and the bias."""
+
+    @staticmethod
+    def forward(ctx, x, values, bias, indices, cols, N, M, L, col_info, packed_indices):
+        ctx.save_for_backward(x, values, indices, cols)
+        ctx.pattern = (N, M, L)
+        ctx.has_bias = bias is not None
+        return ops.spmm(x.detach(), values.detach(), indices, N, M, L,
+                        None if bias is None else bias.detach(), col_info, packed_indices)
+
+    @staticmethod
+    def backward(ctx, gy):
+        x, values, indices, cols = ctx.saved_tensors
+        N, M, L = ctx.pattern
+        gx = gv = gb = None
+        g2 = gy.reshape(-1, gy.shape[-1])
+        if ctx.needs_input_grad[0]:
+            dense = ops.decompress(values.detach(), indices, N, M, L)
+            gx = (g2 @ dense.to(g2.dtype)).reshape(*gy.shape[:-1], dense.shape[1]).to(x.dtype)
+        if ctx.needs_input_grad[1]:
+            x2 = x.reshape(-1, x.shape[-1]).to(g2.dtype)
+            gW_t = x2.T @ g2                                         # [in, out]
+            gv = gW_t.gather(0, cols).to(values.dtype)
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            gb = g2.sum(0)
+        return gx, gv, gb, None, None, None, None, None, None, None
+
+
+def spmm_trainable(x: torch.Tensor, values: torch.Tensor, indices: torch.Tensor, N: int, M: int,
+                   L: int, bias: Optional[torch.Tensor] = None,
+                   cols: Optional[torch.Tensor] = None, col_info: Optional[torch.Tensor] = None,
+                   packed_indices: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """``nmspmm.spmm`` with gradients for ``values`` too (the mask, ``indices``, stays frozen):
+    ``grad_values[u, j] = (grad_y^T x)[j, col(u, j)]``. ``cols`` (from the indices) is recomputed
+    when not given; ``col_info``/``packed_indices`` are the packing metadata, as for ``spmm``."""
+    if cols is None:
+        cols = _kept_columns(indices, N, M, L, values.shape[1])
+    return _SpmmValues.apply(x, values, bias, indices, cols, N, M, L, col_info, packed_indices)
+
+
+def _trainable_forward(self, x):
+    v = self.values_param
+    y = spmm_trainable(x.to(v.dtype), v, self.indices, self.N, self.M, self.L, self.bias, self._cols,
+                       self.col_info, self.packed_indices)
+    return y.to(x.dtype)
+
+
+@contextlib.contextmanager
+def trainable_values(model: nn.Module):
+    """Inside the context every :class:`~nmspmm.NMLinear` of ``model`` exposes its kept values as
+    an ``nn.Parameter`` (``values_param``, shared storage with the ``values`` buffer) and its forward
+    computes gradients for them; the indices (the mask) never change. Yields the parameters."""
+    from .nn import NMLinear
+    layers = [m for m in model.modules() if isinstance(m, NMLinear)]
+    params = []
+    for m in layers:
+        m.values_param = nn.Parameter(m.values.detach(), requires_grad=True)  # same storage
+        m._cols = _kept_columns(m.indices, m.N, m.M, m.L, m.out_features)
+        m.forward = types.MethodType(_trainable_forward, m)
+        params.append(m.values_param)
+    try:
+        yield params
+    finally:
+        for m in layers:
+            with torch.no_grad():
+                m.values.copy_(m.values_param.detach())
+            del m.forward
+            del m.values_param
+            del m._cols
+
+
+def recover(student: nn.Module, teacher: nn.Module, batches: Iterable, steps: int,
+            lr: float = 1e-4, temperature: float = 1.0, weight_decay: float = 0.0,
+            progress: bool = True, log_every: int = 0) -> List[float]:
+    """Fine-tune the kept values of ``student``'s NMLinear layers (masks frozen) by distillation
+    from ``teacher`` (the dense model): minimise ``KL(softmax(teacher/T) || softmax(student/T))``
+    over the next-token logits of ``batches`` (input_ids tensors or dicts of model kwargs, cycled
+    for ``steps`` optimizer steps) with Adam (cosine decay to 0). Every other parameter of the student stays
+    frozen. Returns the loss of every step. Costs about 4 forward passes of the model per token
+    (teacher forward, student forward + backward)."""
+    batches = _as_batches(batches)
+    dev = next(student.parameters()).device
+    frozen = [p for p in student.parameters() if p.requires_grad]
+    for p in frozen:
+        p.requires_grad_(False)
+    was_training = student.training
+    student.eval()  # no dropout: the recipe tunes values only
+    teacher.eval()
+    losses: List[float] = []
+    try:
+        with trainable_values(student) as params:
+            opt = torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
+            sched = torch.optim.lr_scheduler.LambdaLR(
+                opt, lambda s: 0.5 * (1 + math.cos(math.pi * min(s, steps) / max(steps, 1))))
+            with _progress(steps, "nmspmm recover", progress) as bar:
+                for step in range(steps):
+                    b = _move(batches[step % len(batches)], dev)
+                    with torch.no_grad():
+                        t_logits = teacher(**b, use_cache=False).logits.float()
+                    s_logits = student(**b, use_cache=False).logits.float()
+                    V = s_logits.shape[-1]
+                    loss = F.kl_div(F.log_softmax(s_logits.reshape(-1, V) / temperature, -1),
+                                    F.log_softmax(t_logits.reshape(-1, V) / temperature, -1),
+                                    log_target=True, reduction="batchmean") * temperature ** 2
+                    opt.zero_grad(set_to_none=True)
+                    loss.backward()
+                    opt.step()
+                    sched.step()
+                    losses.append(float(loss.detach()))
+                    bar.update(1)
+                    bar.set_postfix_str(f"kl={losses[-1]:.4f}")
+                    if log_every and (step % log_every == 0 or step == steps - 1):
+                        print(f"nmspmm recover step {step}/{steps} kl={losses[-1]:.4f}", flush=True)
+    finally:
+        for p in frozen:
+            p.requires_grad_(True)
+        student.train(was_training)
+    return losses
