@@ -148,10 +148,11 @@ def permute_mlp_(mlp: nn.Module, perm: torch.Tensor) -> None:
     _cols_(mlp.down_proj, perm)
 
 
-def permute_attention_v_(attn: nn.Module, perm: torch.Tensor, head_dim: int) -> None:
+def permute_attention_v_(attn: nn.Module, perm: torch.Tensor, head_dim: int) -> torch.Tensor:
     """Permute the value features of an attention module in place: rows of ``v_proj`` (``perm``
     must map every kv head's rows onto themselves) and, for every query head, the matching columns
-    of ``o_proj``. Exact for grouped-query attention (query head h reads kv head h // group)."""
+    of ``o_proj``. Exact for grouped-query attention (query head h reads kv head h // group).
+    Returns the permutation applied to o's columns."""
     v, o = attn.v_proj, attn.o_proj
     kv_rows = v.out_features
     n_kv = kv_rows // head_dim
@@ -165,3 +166,4 @@ def permute_attention_v_(attn: nn.Module, perm: torch.Tensor, head_dim: int) -> 
                       + h * head_dim for h in range(n_q)])
     _rows_(v, perm)
     _cols_(o, cols)
+    return cols

@@ -335,8 +335,6 @@ def prune_linears(model: nn.Module, layers: Mapping[str, Pattern], method: str =
                         unit.to(device)
                     inputs = [(_move(a, device), _move(k, device)) for a, k in inputs]
                 for stage in _stages(names, true_sequential and blocks is not None):
-                    if permute:
-                        _maybe_permute(model, mods, pre, stage, layers, unit, inputs, batches, stats, device)
                     hooks = {n: _HessianHook(mods[n], device) for n in stage}
                     try:
                         if blocks is None:
@@ -347,6 +345,8 @@ def prune_linears(model: nn.Module, layers: Mapping[str, Pattern], method: str =
                     finally:
                         for h in hooks.values():
                             h.remove()
+                    if permute:
+                        _permute_stage(model, mods, stage, layers, hooks, stats)
                     for n in stage:
                         stats.tokens = stats.tokens or hooks[n].n
                         masks[n], stats.rel_error[n] = _prune_one(method, mods[n], layers[n], hooks[n].H,
@@ -407,41 +407,44 @@ def _capture_block_inputs(model: nn.Module, first: nn.Module, batches: List[dict
     return fixed
 
 
-def _maybe_permute(model, mods, pre, stage, layers, unit, inputs, batches, stats, device):
-    """Before pruning the (gate, up) or (q, k, v) stage of a Llama-style layer, permute rows so
-    that rows wanting the same inputs share an L-vector (see nmspmm.permute)."""
+@torch.no_grad()
+def _permute_stage(model, mods, stage, layers, hooks, stats):
+    """Before pruning a stage holding (gate, up) or v of a Llama-style layer, permute their rows
+    so that rows wanting the same inputs share an L-vector (see nmspmm.permute). The scores are
+    Wanda's (|W| x input-feature norm, from the stage's Hessians, which the permutation leaves
+    unchanged); Hessians of the consumers (down, o) already collected are permuted to match."""
     from . import permute as P
     leaves = {n.rsplit(".", 1)[-1]: n for n in stage}
+    groups = []
     if "gate_proj" in leaves and "up_proj" in leaves:
-        kind, rows = "mlp", [leaves["gate_proj"], leaves["up_proj"]]
-    elif "v_proj" in leaves:
-        kind, rows = "attn", [leaves["v_proj"]]
-    else:
-        return
-    pats = {layers[n] for n in rows}
-    if len(pats) != 1:
-        return
-    (N, M, L), = pats
-    if L == 1:
-        return
-    hooks = {n: _HessianHook(mods[n], device) for n in rows}
-    try:
-        _run_block(unit, inputs)
-    finally:
-        for h in hooks.values():
-            h.remove()
-    parent = mods[rows[0].rsplit(".", 1)[0]]
-    scores = [mods[n].weight.detach().float().to(device).abs() *
-              torch.diag(hooks[n].H).clamp_min(0).sqrt()[None, :] for n in rows]
-    if kind == "mlp":
-        perm, gain = P.mlp_permutation(scores, N, M, L)
-        P.permute_mlp_(parent, perm)
-    else:
-        cfg = getattr(model, "config", None)
-        head_dim = getattr(parent, "head_dim", None) or (cfg.hidden_size // cfg.num_attention_heads)
-        perm, gain = P.vector_permutation(scores, N, M, L, block=head_dim)
-        P.permute_attention_v_(parent, perm, head_dim)
-    stats.permuted[rows[0].rsplit(".", 1)[0]] = gain
+        groups.append(("mlp", [leaves["gate_proj"], leaves["up_proj"]]))
+    if "v_proj" in leaves:
+        groups.append(("attn", [leaves["v_proj"]]))
+    for kind, rows in groups:
+        pats = {layers[n] for n in rows}
+        if len(pats) != 1:
+            continue
+        (N, M, L), = pats
+        if L == 1:
+            continue
+        parent_name = rows[0].rsplit(".", 1)[0]
+        parent = mods[parent_name]
+        scores = [mods[n].weight.detach().float().to(hooks[n].H.device).abs() *
+                  torch.diag(hooks[n].H).clamp_min(0).sqrt()[None, :] for n in rows]
+        if kind == "mlp":
+            perm, gain = P.mlp_permutation(scores, N, M, L)
+            P.permute_mlp_(parent, perm)
+            consumer, cols = f"{parent_name}.down_proj", perm
+        else:
+            cfg = getattr(model, "config", None)
+            head_dim = getattr(parent, "head_dim", None) or (cfg.hidden_size // cfg.num_attention_heads)
+            perm, gain = P.vector_permutation(scores, N, M, L, block=head_dim)
+            cols = P.permute_attention_v_(parent, perm, head_dim)
+            consumer = f"{parent_name}.o_proj"
+        if consumer in hooks:
+            c = cols.to(hooks[consumer].H.device)
+            hooks[consumer].H = hooks[consumer].H[c][:, c].contiguous()
+        stats.permuted[parent_name] = gain
 
 
 # ---------------------------------------------------------------------------------- recovery
