@@ -41,6 +41,22 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+def _skip_reason(report):
+    longrepr = report.longrepr
+    return longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """One line that explains the CUDA skips (thousands on a machine without a GPU)."""
+    skipped = terminalreporter.stats.get("skipped", [])
+    cuda = sum(1 for r in skipped if "needs a CUDA GPU" in _skip_reason(r))
+    if cuda:
+        terminalreporter.write_line(
+            f"nmspmm: {cuda} of the {len(skipped)} skipped tests need a CUDA GPU and nmspmm built with "
+            f"CUDA kernels (here torch.cuda.is_available()={torch.cuda.is_available()}, "
+            f"nmspmm.cuda_kernels_built()={nmspmm.cuda_kernels_built()}); they run on a GPU machine.")
+
+
 def pytest_report_header(config):
     return (f"nmspmm: torch {torch.__version__}, cuda_kernels_built={nmspmm.cuda_kernels_built()}, "
             f"cuda available={torch.cuda.is_available()}")
