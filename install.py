@@ -147,7 +147,7 @@ def make_env(path):
         say(f"installing {spec} ({why})")
     else:
         say(f"installing {spec} (NMSPMM_TORCH)")
-    r = run([py, "-m", "pip", "install", "--disable-pip-version-check", *spec.split()])
+    r = run([py, "-m", "pip", "install", "-q", "--disable-pip-version-check", *spec.split()])
     if r.returncode != 0:
         fail(f"could not install torch ({spec}); install it into {path} by hand and rerun")
     return py
@@ -172,7 +172,7 @@ def install_extras(py):
     say(f"installing {' '.join(dists)} (torch pinned to {torch_version})")
     # torch==<installed> keeps pip from swapping torch for another build.
     pin = f"torch=={torch_version.split('+')[0]}"
-    r = run([py, "-m", "pip", "install", "--disable-pip-version-check", "--retries", "1",
+    r = run([py, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--retries", "1",
              "--timeout", "30", *dists, pin])
     if r.returncode == 0:
         return []
@@ -189,6 +189,7 @@ def build(py):
            "--no-build-isolation", "-e", ROOT]
     say(f"building nmspmm (MAX_JOBS={env['MAX_JOBS']}; log: {os.path.relpath(log_path, ROOT)})")
     progress = re.compile(r"^\[(\d+)/(\d+)\]\s+(\S+).*?(\S+\.(?:cpp|cu|so))\b")
+    shown = set()
     with open(log_path, "w") as log:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, bufsize=1)
@@ -196,7 +197,9 @@ def build(py):
             log.write(line)
             s = line.strip()
             if s.startswith("nmspmm setup:") and "linking" not in s:
-                say(s)
+                if s not in shown:  # pip runs setup.py twice (metadata, then the build)
+                    shown.add(s)
+                    say(s)
             else:
                 m = progress.match(s)
                 if m:

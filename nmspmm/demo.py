@@ -155,7 +155,8 @@ def main(argv=None):
     ap.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     ap.add_argument("--dtype", choices=["auto", *DTYPES], default="auto",
                     help="auto: the model's own dtype (float32 for the tiny model)")
-    ap.add_argument("--tokens", type=int, default=128, help="prompt length of the prefill timing")
+    ap.add_argument("--tokens", type=int, default=0,
+                    help="prompt length of the prefill timing (default: 512 on CUDA, 64 on the CPU)")
     ap.add_argument("--reps", type=int, default=0, help="timed runs per case (default: by device)")
     args = ap.parse_args(argv)
     N, M, L = args.pattern
@@ -198,9 +199,10 @@ def main(argv=None):
     dense_swapped = dense_linear - linear_bytes(model, nn.Linear)
 
     g = torch.Generator().manual_seed(1)
-    prefill = torch.randint(0, c.vocab_size, (1, args.tokens), generator=g).to(device)
+    tokens = args.tokens or (512 if device == "cuda" else 64)
+    prefill = torch.randint(0, c.vocab_size, (1, tokens), generator=g).to(device)
     one = prefill[:, :1]
-    reps = args.reps or (20 if device == "cuda" else 5)
+    reps = args.reps or (20 if device == "cuda" else 3)
     with torch.no_grad():
         sparse_logits = model(prefill, use_cache=False).logits.float()
     t_sparse = {n: time_forward(model, x, reps, f"sparse {n}") for n, x in

@@ -269,7 +269,7 @@ def doc_blocks(path):
 def test_docs_snippets(ids, tmp_path, monkeypatch):
     doc = os.path.join(os.path.dirname(__file__), "..", "docs", "llama.md")
     blocks = doc_blocks(doc)
-    assert len(blocks) == 2
+    assert len(blocks) == 3
     # A tiny Llama with a tied lm_head (like Llama-3.2), saved locally and loaded by path.
     model_dir = tmp_path / "tiny-llama"
     tiny_llama(seed=3, tie_word_embeddings=True).save_pretrained(str(model_dir))
@@ -280,7 +280,12 @@ def test_docs_snippets(ids, tmp_path, monkeypatch):
     assert sum(isinstance(m, NMLinear) for m in model.modules()) == 14
     assert type(model.lm_head) is nn.Linear
     assert model.lm_head.weight is model.model.embed_tokens.weight
-    exec(compile(blocks[1], "docs/llama.md[serialization]", "exec"), ns)
+    exec(compile(blocks[1], "docs/llama.md[hugging-face]", "exec"), ns)
+    sparse = ns["sparse"]
+    assert sum(isinstance(m, NMLinear) for m in sparse.modules()) == 14
+    assert sparse.lm_head.weight is sparse.model.embed_tokens.weight
+    assert torch.equal(logits(sparse, ids), logits(model, ids))
+    exec(compile(blocks[2], "docs/llama.md[serialization]", "exec"), ns)
     fresh = ns["fresh"].eval()
     assert fresh.lm_head.weight is fresh.model.embed_tokens.weight
     assert torch.equal(logits(fresh, ids), logits(model, ids))
