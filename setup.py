@@ -207,9 +207,10 @@ def _extension():
 
     debug = os.environ.get("DEBUG", "0") == "1"
     opt = ["-O0", "-g"] if debug else ["-O3"]
-    # The op library calls only the limited Python C API (one PyModule_Create), so the abi3 tag
-    # holds for Python; it does not hold for torch, which the metadata pins instead.
-    cxx = opt + ["-std=c++20", "-DPy_LIMITED_API=0x03090000"]
+    # py_limited_api: torch compiles with -DPy_LIMITED_API=<its oldest CPython> and links no
+    # libtorch_python; the op library calls only the limited C API (one PyModule_Create), so the
+    # wheel's abi3 tag holds for Python. It does not hold for torch, which the metadata pins.
+    cxx = opt + ["-std=c++20"]
     sources = [os.path.join("csrc", "nmspmm_ops.cpp"), os.path.join("csrc", "autograd.cpp")]
     sources += sorted(glob.glob(os.path.join("csrc", "cpu", "*.cpp")))
     include_dirs = [os.path.join(ROOT, "csrc")]
@@ -263,11 +264,18 @@ def _build_ext():
     return BuildExt
 
 
+def _abi3_tag():
+    """cp3X for the Py_LIMITED_API value torch compiles extensions with (0x030A0000 -> cp310)."""
+    from torch.utils import cpp_extension
+    value = int(getattr(cpp_extension, "min_supported_cpython", "0x03090000"), 16)
+    return f"cp{value >> 24}{(value >> 16) & 0xFF}"
+
+
 _write_build_info()
 setup(
     version=LOCAL_VERSION,
     install_requires=[f"torch=={TORCH_PUBLIC}"],
     ext_modules=[_extension()],
     cmdclass={"build_ext": _build_ext()},
-    options={"bdist_wheel": {"py_limited_api": "cp39"}},
+    options={"bdist_wheel": {"py_limited_api": _abi3_tag()}},
 )
