@@ -218,6 +218,7 @@ def _extension():
         # Op bindings are plain C++ (g++): no torch host code goes through nvcc.
         sources += sorted(glob.glob(os.path.join("csrc", "cuda", "*.cpp")))
         sources += sorted(glob.glob(os.path.join("csrc", "cuda", "kernels", "*.cu")))
+        sources += sorted(glob.glob(os.path.join("csrc", "cuda", "kernels", "half", "*.cu")))
         nvcc = opt + ["-std=c++20", "-lineinfo", "--expt-relaxed-constexpr",
                       "--threads", os.environ.get("NVCC_THREADS", "2")]
         return CUDAExtension("nmspmm._C", sources, include_dirs=include_dirs,

@@ -106,7 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--semi24", default=",".join(SEMI_DTYPES),
                     help="PyTorch 2:4 semi-structured baseline dtypes, or 'none' (run only if a pattern is 50%%)")
     ap.add_argument("--nm-dtypes", default="fp32",
-                    help="dtypes nmspmm is called with (default fp32; bf16/fp16 are upcast inside the op)")
+                    help="dtypes nmspmm is called with (default fp32; bf16/fp16 take the native tensor-core "
+                         "kernels where they cover the call, else are upcast inside the op)")
     ap.add_argument("--kernel", default="auto",
                     help="comma list: auto (heuristic), a kernel id 0-8, id:split or id:best "
                          "(sweep split-K 1..16); e.g. auto,6,2:4")

@@ -136,8 +136,9 @@ def spmm(x: torch.Tensor, packed: NMWeight, bias: Optional[torch.Tensor] = None)
     """``y[..., out] = x[..., in] @ decompress(packed).T (+ bias)`` with fp32 accumulation.
 
     x may have any leading dims and strides and must share the packed values' dtype and device.
-    The CUDA kernels compute float32; float16/bfloat16 inputs are computed in float32 and
-    returned in the input dtype until the tensor-core kernels land.
+    On CUDA, float16/bfloat16 calls with at least 17 tokens (M in {8, 16, 32, 64}, L in
+    {16, 32, 64, 128}, sm_80+) run native tensor-core kernels with fp32 accumulation; other
+    float16/bfloat16 calls are computed in float32 and returned in the input dtype.
     """
     _check_device(x, "x")
     return ops.spmm(x, packed.values, packed.indices, packed.N, packed.M, packed.L, bias,

@@ -17,6 +17,10 @@
 
 namespace nmspmm {
 
+// spmm_half_prefill.cpp: the output if the native fp16 / bf16 prefill kernel takes the call.
+std::optional<at::Tensor> spmm_half_prefill(const at::Tensor& x2, const at::Tensor& values, const at::Tensor& indices,
+                                            int64_t N, int64_t M, int64_t L, const std::optional<at::Tensor>& bias);
+
 namespace {
 
 // What the dispatch needs to know of a device, queried once per device (on its first call, under
@@ -168,10 +172,13 @@ at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const a
 
   const int64_t out = values.size(1);
   const auto out_shape = spmm_out_shape(x, out);
-  // The kernels compute in float32; half-precision inputs are upcast (tensor-core kernels are
-  // the next step, see docs/kernels.md).
   const at::ScalarType dtype = x.scalar_type();
   at::Tensor x2 = x.reshape({-1, in});
+  // fp16 / bf16 prefill on sm_80+: native tensor-core kernels (spmm_half_prefill.cpp).
+  if (!forced) {
+    if (auto y_half = spmm_half_prefill(x2, values, indices, N, M, L, bias)) return y_half->reshape(out_shape);
+  }
+  // The other kernels compute in float32; half-precision inputs are upcast.
   if (dtype != at::kFloat) x2 = x2.to(at::kFloat);
   if (x2.stride(1) != 1 || (x2.size(0) > 1 && x2.stride(0) < in)) x2 = x2.contiguous();
   at::Tensor vals = values.to(at::kFloat).contiguous();
