@@ -84,7 +84,8 @@ class NMLinear(nn.Module):
 
     ``forward`` accepts ``x[..., in_features]`` in float32, float16 or bfloat16. If ``x`` has a
     different dtype than the layer (``values``), it is cast to the layer's dtype and the result is
-    cast back to ``x``'s dtype. The CUDA kernels compute in float32 (half inputs are upcast inside).
+    cast back to ``x``'s dtype. On CUDA, half-precision prefill (m >= 17) runs tensor-core kernels;
+    other half-precision calls are upcast to float32 inside the op.
     """
 
     def __init__(self, in_features: int, out_features: int, N: int, M: int, L: int,

@@ -19,7 +19,8 @@
 //       up to 16; missing slots are zero-filled), XOR-swizzled by slot & 7,
 //     - a table of slab row numbers per (vector, slot), built from the index bytes (masked with
 //       M - 1, so no byte value can address outside its window); padded slots point at the zero row.
-// * A warp owns 32 outputs x 128 tokens (128 fp32 accumulators per thread). Per 16 slots it loads
+// * A warp owns 32 outputs x 128 tokens (128 fp32 accumulators per thread; config bit 6: 32 x 64
+//   with twice the warps). Per 16 slots it loads
 //   its two A fragments with ldmatrix.x4.trans straight from the values tile, and its B fragments
 //   with ldmatrix.x4.trans whose per-lane row addresses come from the table (the gather costs no
 //   extra instruction), then issues 32 mma.sync.
