@@ -715,6 +715,11 @@ class Runner:
                    bytes=nm_bytes(packed, kernel, m, x.element_size()))
         if v.split == -1:
             rec["note"] = f"best of split_k {splits}"
+        if (v.label == "auto" and d != "fp32" and m >= 17 and p.M in (8, 16, 32, 64)
+                and p.L in (16, 32, 64, 128)):
+            # nmspmm.spmm takes the native tensor-core prefill kernel (csrc/cuda/spmm_half_prefill.cpp),
+            # not the float32 plan recorded in kernel / split_k.
+            rec["note"] = "native fp16/bf16 tensor-core prefill (tc_prefill); kernel/split_k are the fp32 plan's"
         if self._graph_ok(m):
             try:
                 copies = self._copies(("nm", str(p), d), packed, lambda: replace(
