@@ -1,0 +1,469 @@
+// Native fp16 / bf16 decode SpMM (small m, 1..64) on tensor cores, with split-K inside a
+// thread-block cluster (sm_90). Included by decode_half_bf16.cu and decode_half_f16.cu.
+//
+// The step is bound by the compressed weight's bytes, so the kernel streams them with nothing else
+// on the critical path:
+//  * Each warp owns 64 output columns and walks compressed rows in steps of 16: a step is 16 rows
+//    x 64 columns of `values` (2 KiB), copied by 16-byte cp.async (L2 only) into a per-warp ring
+//    of kStages = 4 slots. The warp keeps 3 steps in flight and synchronizes with nothing but
+//    itself in the main loop.
+//  * The step is one m16n8k16 tensor-core product per 16 output columns and 8 tokens: the weight
+//    is the A operand (16 output columns x 16 compressed rows), read from the ring by
+//    ldmatrix.trans (the ring is XOR-swizzled: conflict-free); x is the B operand (16 gathered
+//    k-rows x 8 tokens), read by ldmatrix.trans with one row address per lane from a k-major copy
+//    of x in shared memory, xT[k][8 NT] (16-bit, tokens m..8 NT - 1 zero). A vector of L >= 16
+//    outputs shares its gathered rows, so every 16-column tile of the A operand needs one gather.
+//    Accumulation is fp32.
+//  * The block (W = 8 warps: CW column warps x KW = W / CW k-warps) stages xT for its k-range once,
+//    after issuing its first weight copies (so the x copy overlaps them); a k-range larger than
+//    the buffer runs in passes (each pass drains the ring).
+//  * k is split over the block's KW warps (interleaved steps) and over the cluster's blocks
+//    (gridDim.y == cluster size, contiguous window ranges); the partial tiles are added in fixed
+//    order through shared memory, then through distributed shared memory, each block writing a
+//    slice of the output tile (+ bias) in the input dtype. One launch, no workspace, no atomics:
+//    bitwise deterministic and CUDA-graph capturable.
+//  * Index bytes are masked with M - 1 (no byte value reads outside its window's staged rows);
+//    rows past the block's range and columns past n are zero-filled by the copies and gather a
+//    zero row of xT.
+//  * With programmatic dependent launch (config bit kHalfDecodeDependentLaunch) only `values` and
+//    `indices` are read before griddepcontrol.wait; x, bias and y after it.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "../cluster_reduce.cuh"
+#include "../cp_async.cuh"
+#include "../launch_overlap.cuh"
+#include "../smem_limit.h"
+#include "decode_half_plan.h"
+#include "spmm_half.h"
+
+namespace nmspmm {
+namespace kernels {
+namespace half_decode {
+
+constexpr int kWarps = 8;    // warps per block
+constexpr int kStages = 4;   // ring slots per warp (kStages - 1 steps in flight)
+constexpr int CT = 4;        // 16-column tiles per warp (64 output columns)
+constexpr int kStep = 16;    // compressed rows per step (the k of one m16n8k16 product)
+constexpr int kMaxSmem = 227 * 1024;
+
+struct Bf16 {
+  __device__ __forceinline__ static uint16_t from_float(float f) {
+    return __bfloat16_as_ushort(__float2bfloat16_rn(f));
+  }
+  __device__ __forceinline__ static float to_float(uint16_t h) { return __uint_as_float(static_cast<uint32_t>(h) << 16); }
+  __device__ __forceinline__ static void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+};
+
+struct F16 {
+  __device__ __forceinline__ static uint16_t from_float(float f) { return __half_as_ushort(__float2half_rn(f)); }
+  __device__ __forceinline__ static float to_float(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+  __device__ __forceinline__ static void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+};
+
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+
+__device__ __forceinline__ void ldsm_x2_trans(uint32_t& r0, uint32_t& r1, unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
+               : "=r"(r0), "=r"(r1)
+               : "r"(addr)
+               : "memory");
+}
+
+struct Args {
+  const uint16_t* x;
+  int64_t ldx;
+  const uint16_t* values;
+  const uint8_t* indices;
+  const uint16_t* bias;
+  uint16_t* y;
+  int64_t n, q;       // q = n / L index columns
+  int64_t windows;    // k / M
+  uint64_t magic;     // ceil(2^32 / N): u / N == (u * magic) >> 32 for every row u < 2^26
+  int m, N, M, L;
+  int x_rows;         // rows of the xT buffer (a multiple of M), plus one zero row after them
+  int x_pairs;        // x is read in 4-byte pairs (x 4-byte aligned, ldx even)
+};
+
+// Byte offset of 16-byte chunk c of row r of a ring slot (C chunks per row): XOR-swizzled so that
+// the 8 rows of an ldmatrix phase, and the 32 chunks of a cp.async instruction, hit distinct banks.
+template <int C>
+__device__ __forceinline__ int slot_offset(int r, int c) {
+  constexpr int rows_per_line = 8 / C;  // rows per 128 bytes
+  return r * C * 16 + ((c ^ ((r / rows_per_line) & (C - 1))) << 4);
+}
+
+// Shared memory of one launch: the weight rings and the xT buffer (x_rows + 1 rows), or the
+// partial tiles of the epilogue (aliasing them), whichever is larger.
+template <int NT, int W, int CW>
+__host__ __device__ constexpr int ring_bytes() {
+  return W * kStages * kStep * CT * 16 * 2;
+}
+template <int NT, int W, int CW>
+__host__ __device__ constexpr int red_bytes() {
+  return W / CW * NT * 8 * (16 * CT * CW + 4) * 4;
+}
+template <int NT, int W, int CW>
+inline size_t smem_bytes(int x_rows) {
+  const size_t main = ring_bytes<NT, W, CW>() + static_cast<size_t>(x_rows + 1) * NT * 16;
+  const size_t red = red_bytes<NT, W, CW>();
+  return main > red ? main : red;
+}
+
+// T: Bf16 or F16. NT: 8-token tiles (m <= 8 NT). W: warps per block, CW of them along the output
+// columns (4: 256 columns, or 1: 64), W / CW along k.
+template <class T, int NT, int W, int CW>
+__global__ void __launch_bounds__(W * 32, NT <= 2 ? 16 / W : 1) decode_half_kernel(const Args a) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  __trap();  // the launcher refuses devices without clusters; never reached
+#else
+  constexpr int KW = W / CW;
+  constexpr int C = 2 * CT;                      // 16-byte chunks per ring row
+  constexpr int kSlotBytes = kStep * C * 16;     // one step of one warp
+  constexpr int BN = 16 * CT * CW;               // output columns per block
+  constexpr int BNp = BN + 4;                    // partial-tile row (floats), padded
+  constexpr int kRowBytes = NT * 16;             // one xT row
+  constexpr int kThreads = W * 32;
+  extern __shared__ __align__(16) unsigned char smem[];
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int cw = warp % CW, kw = warp / CW;
+  const int64_t n = a.n, q = a.q;
+  const int N = a.N, M = a.M, L = a.L, m = a.m;
+  const int64_t col0 = static_cast<int64_t>(blockIdx.x) * BN + cw * 16 * CT;  // this warp's first column
+
+  unsigned char* const ring = smem + warp * kStages * kSlotBytes;
+  const unsigned ring_s = static_cast<unsigned>(__cvta_generic_to_shared(ring));
+  unsigned char* const xbuf = smem + ring_bytes<NT, W, CW>();
+  const unsigned xbuf_s = static_cast<unsigned>(__cvta_generic_to_shared(xbuf));
+  const int x_rows = a.x_rows;
+
+  // The zero row after the buffer (gathered by rows past the range).
+  for (int i = tid; i < kRowBytes / 16; i += kThreads)
+    reinterpret_cast<uint4*>(xbuf + static_cast<size_t>(x_rows) * kRowBytes)[i] = make_uint4(0, 0, 0, 0);
+
+  // This block's compressed rows: whole windows [g0, g1) of the k-split blockIdx.y.
+  const int64_t g0 = a.windows * blockIdx.y / gridDim.y;
+  const int64_t g1 = a.windows * (blockIdx.y + 1) / gridDim.y;
+  const int64_t u0 = g0 * N, u_end = g1 * N;
+  const int64_t steps = (u_end - u0 + kStep - 1) / kStep;
+  // Steps per pass: a pass of s steps touches at most (16 s - 1) / N + 2 windows.
+  const int64_t xw = x_rows / M;
+  const int64_t fit = g1 - g0 <= xw ? steps : (xw - 1) * N / kStep;
+  const int64_t per_pass = fit < 1 ? 1 : fit;
+
+  // Index columns of the warp's tiles (clamped: a tile past n loads in-bounds bytes, never used).
+  int64_t vcol[CT];
+#pragma unroll
+  for (int ct = 0; ct < CT; ++ct) {
+    const int64_t v = (col0 + 16 * ct) / L;
+    vcol[ct] = v < q ? v : q - 1;
+  }
+
+  float acc[CT][NT][4];
+#pragma unroll
+  for (int ct = 0; ct < CT; ++ct)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) acc[ct][nt][j] = 0.f;
+
+  int idx[kStages][CT];
+  const int my_slot = lane & 15;  // the k-row this lane gathers for the B operand
+
+  // Issues step `s` of the block (rows u0 + 16 s ..) into ring slot `slot`, and this lane's index
+  // bytes for it. Always commits a group (empty past the end) so the wait counts stay fixed.
+  auto issue = [&](int64_t s, int64_t s_end, int slot, int (&islot)[CT]) {
+    if (s < s_end) {
+      const int64_t us = u0 + s * kStep;
+#pragma unroll
+      for (int j = 0; j < CT; ++j) {
+        const int id = lane + 32 * j;
+        const int r = id / C, c = id % C;
+        const int64_t u = us + r;
+        const int64_t col = col0 + c * 8;
+        const bool ok = u < u_end && col < n;
+        const uint16_t* src = ok ? a.values + u * n + col : a.values;
+        cp_async_16(ring + slot * kSlotBytes + slot_offset<C>(r, c), src, ok);
+      }
+      const int64_t u = us + my_slot;
+      if (u < u_end) {
+        const uint8_t* ip = a.indices + u * q;
+#pragma unroll
+        for (int ct = 0; ct < CT; ++ct)
+          if (ct == 0 || (16 * ct) % L == 0) islot[ct] = __ldg(ip + vcol[ct]);
+      }
+    }
+    cp_async_commit();
+  };
+
+  bool waited = false;
+  for (int64_t sa = 0; sa < steps || !waited; sa += per_pass) {
+    const int64_t sb = sa + per_pass < steps ? sa + per_pass : steps;
+    // This warp's steps of the pass: sa + kw, sa + kw + KW, ...
+    const int64_t cnt = sb - sa > kw ? (sb - sa - kw + KW - 1) / KW : 0;
+    auto step_of = [&](int64_t i) { return sa + kw + i * KW; };
+    const int64_t s_end = sb;
+#pragma unroll
+    for (int j = 0; j < kStages - 1; ++j) issue(j < cnt ? step_of(j) : s_end, s_end, j, idx[j]);
+
+    if (!waited) {
+      grid_dependency_wait();
+      allow_dependent_launch();
+      waited = true;
+    }
+    if (sa >= steps) break;
+
+    // Stage xT for the windows [pw0, pw1) this pass touches.
+    const int64_t pw0 = (u0 + sa * kStep) / N;
+    const int64_t ulast = u0 + sb * kStep - 1 < u_end - 1 ? u0 + sb * kStep - 1 : u_end - 1;
+    const int64_t pw1 = ulast / N + 1;
+    {
+      const int rows = static_cast<int>((pw1 - pw0) * M);  // even: M >= 2
+      const int64_t kb = pw0 * M;                           // first x column
+      constexpr int CX = NT;                                // 16-byte chunks (8 tokens) per xT row
+      const int items = rows / 2 * CX;
+      // kXBatch items per thread at a time, every load issued before any store (one L2 round trip
+      // per batch, not per item).
+      constexpr int kXBatch = NT <= 2 ? 4 : 2;
+      for (int base = tid; base < items; base += kXBatch * kThreads) {
+        uint32_t v[kXBatch][8];
+#pragma unroll
+        for (int b = 0; b < kXBatch; ++b) {
+          const int it = base + b * kThreads;
+          const int c = it % CX, j = it / CX;
+#pragma unroll
+          for (int e = 0; e < 8; ++e) {
+            const int tok = 8 * c + e;
+            v[b][e] = 0;
+            if (it < items && tok < m) {
+              const uint16_t* src = a.x + tok * a.ldx + kb + 2 * j;
+              if (a.x_pairs) {
+                v[b][e] = *reinterpret_cast<const uint32_t*>(src);
+              } else {
+                v[b][e] = static_cast<uint32_t>(src[0]) | (static_cast<uint32_t>(src[1]) << 16);
+              }
+            }
+          }
+        }
+#pragma unroll
+        for (int b = 0; b < kXBatch; ++b) {
+          const int it = base + b * kThreads;
+          if (it < items) {
+            const int c = it % CX, j = it / CX;
+            uint4 lo, hi;  // rows 2j and 2j + 1, tokens 8c .. 8c + 7
+            lo.x = __byte_perm(v[b][0], v[b][1], 0x5410);
+            lo.y = __byte_perm(v[b][2], v[b][3], 0x5410);
+            lo.z = __byte_perm(v[b][4], v[b][5], 0x5410);
+            lo.w = __byte_perm(v[b][6], v[b][7], 0x5410);
+            hi.x = __byte_perm(v[b][0], v[b][1], 0x7632);
+            hi.y = __byte_perm(v[b][2], v[b][3], 0x7632);
+            hi.z = __byte_perm(v[b][4], v[b][5], 0x7632);
+            hi.w = __byte_perm(v[b][6], v[b][7], 0x7632);
+            *reinterpret_cast<uint4*>(xbuf + static_cast<size_t>(2 * j) * kRowBytes + c * 16) = lo;
+            *reinterpret_cast<uint4*>(xbuf + static_cast<size_t>(2 * j + 1) * kRowBytes + c * 16) = hi;
+          }
+        }
+      }
+    }
+    __syncthreads();  // xT of the pass is in place for every warp
+
+    // Lane addresses inside a ring slot for the A operand (ldmatrix.x4.trans): lane l gives row
+    // (l & 7) + 8 (l >> 4) of chunk 2 ct + ((l >> 3) & 1).
+    const int a_row = (lane & 7) + 8 * (lane >> 4);
+    const int a_chunk = (lane >> 3) & 1;
+
+    for (int64_t i0 = 0; i0 < cnt; i0 += kStages) {
+#pragma unroll
+      for (int j = 0; j < kStages; ++j) {
+        const int64_t i = i0 + j;
+        if (i < cnt) {
+          cp_async_wait<kStages - 2>();
+          __syncwarp();
+          // Gathered xT row of this lane's k-row of the step.
+          const int64_t u = u0 + step_of(i) * kStep + my_slot;
+          const bool ok = u < u_end;
+          const int wrow = ok ? static_cast<int>((static_cast<uint64_t>(u) * a.magic >> 32) - pw0) * M : 0;
+          uint32_t b[NT][2];
+#pragma unroll
+          for (int ct = 0; ct < CT; ++ct) {
+            uint32_t af[4];
+            ldsm_x4_trans(af, ring_s + j * kSlotBytes + slot_offset<C>(a_row, 2 * ct + a_chunk));
+            if (ct == 0 || (16 * ct) % L == 0) {
+              const int xr = ok ? wrow + (idx[j][ct] & (M - 1)) : x_rows;
+              const unsigned baddr = xbuf_s + static_cast<unsigned>(xr) * kRowBytes + (lane >> 4) * 16;
+              if (NT == 1) {
+                ldsm_x2_trans(b[0][0], b[0][1], baddr);
+              } else {
+#pragma unroll
+                for (int h = 0; h < NT / 2; ++h) {
+                  uint32_t r[4];
+                  ldsm_x4_trans(r, baddr + h * 32);
+                  b[2 * h][0] = r[0];
+                  b[2 * h][1] = r[1];
+                  b[2 * h + 1][0] = r[2];
+                  b[2 * h + 1][1] = r[3];
+                }
+              }
+            }
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) T::mma(acc[ct][nt], af, b[nt][0], b[nt][1]);
+          }
+          __syncwarp();  // every lane is done with slot j - 1 before it is refilled
+          const int64_t inext = i + kStages - 1;
+          issue(inext < cnt ? step_of(inext) : s_end, s_end, (j + kStages - 1) % kStages,
+                idx[(j + kStages - 1) % kStages]);
+        }
+      }
+    }
+    cp_async_wait<0>();
+    __syncthreads();  // every warp is done with xT before the next pass (or the epilogue) reuses it
+  }
+
+  // Partial tiles [KW][8 NT tokens][BNp] (fp32), then the fixed-order block and cluster sums. The
+  // tiles alias the rings and xT (and the zero row): every thread is past them first.
+  __syncthreads();
+  float* const red = reinterpret_cast<float*>(smem);
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int ct = 0; ct < CT; ++ct)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      float* const base = red + (kw * NT * 8 + nt * 8 + 2 * t) * BNp + cw * 16 * CT + 16 * ct + g;
+      base[0] = acc[ct][nt][0];
+      base[BNp] = acc[ct][nt][1];
+      base[8] = acc[ct][nt][2];
+      base[BNp + 8] = acc[ct][nt][3];
+    }
+  constexpr int kTile4 = NT * 8 * BNp / 4;  // float4 elements of one partial tile
+  reduce_over_block_and_cluster<KW>(reinterpret_cast<float4*>(smem), kTile4, tid, kThreads, [&](int e, float4 s) {
+    const int tok = (4 * e) / BNp, c = (4 * e) % BNp;
+    const int64_t col = static_cast<int64_t>(blockIdx.x) * BN + c;
+    if (c < BN && tok < m && col < n) {
+      float v[4] = {s.x, s.y, s.z, s.w};
+      if (a.bias != nullptr) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) v[j] += T::to_float(a.bias[col + j]);
+      }
+      uint2 o;
+      o.x = static_cast<uint32_t>(T::from_float(v[0])) | (static_cast<uint32_t>(T::from_float(v[1])) << 16);
+      o.y = static_cast<uint32_t>(T::from_float(v[2])) | (static_cast<uint32_t>(T::from_float(v[3])) << 16);
+      *reinterpret_cast<uint2*>(a.y + static_cast<int64_t>(tok) * n + col) = o;
+    }
+  });
+#endif
+}
+
+template <class T, int NT, int W, int CW>
+cudaError_t launch_one(const Args& a, int split_k, bool dependent, cudaStream_t stream) {
+  auto kernel = decode_half_kernel<T, NT, W, CW>;
+  static bool smem_set[kMaxDevices] = {};
+  cudaError_t err = set_smem_limit_once(smem_set, kernel, kMaxSmem);
+  if (err != cudaSuccess) return err;
+  if (split_k > 8) {
+    static bool large[kMaxDevices] = {};
+    err = allow_large_clusters_once(large, kernel);
+    if (err != cudaSuccess) return err;
+  }
+  const size_t smem = smem_bytes<NT, W, CW>(a.x_rows);
+  if (smem > static_cast<size_t>(kMaxSmem)) return cudaErrorInvalidConfiguration;
+  constexpr int BN = 16 * CT * CW;
+  const int64_t tiles = (a.n + BN - 1) / BN;
+  if (tiles > 0x7fffffff) return cudaErrorInvalidConfiguration;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(split_k), 1);
+  cfg.blockDim = dim3(W * 32, 1, 1);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[2];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = 1;
+  attr[0].val.clusterDim.y = static_cast<unsigned>(split_k);
+  attr[0].val.clusterDim.z = 1;
+  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[1].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = dependent ? 2 : 1;
+  return cudaLaunchKernelEx(&cfg, kernel, a);
+}
+
+// xT rows a launch stages: the largest block's k-range, capped so that the launch fits
+// kMaxSmem (then a block runs in passes), and at least what one pass of one step needs.
+template <int NT, int W, int CW>
+inline int plan_x_rows(int64_t windows, int split_k, int N, int M) {
+  const int64_t per_block = (windows + split_k - 1) / split_k * M;
+  const int64_t cap = (kMaxSmem - ring_bytes<NT, W, CW>()) / (NT * 16) - 1;
+  const int64_t min_rows = ((kStep + N - 1) / N + 1) * static_cast<int64_t>(M);
+  int64_t rows = per_block < cap / M * M ? per_block : cap / M * M;
+  if (rows < min_rows) rows = min_rows;
+  return static_cast<int>(rows);
+}
+
+template <class T, int NT, int W>
+cudaError_t launch_cols(const Args& a0, int split_k, int config, cudaStream_t stream) {
+  Args a = a0;
+  const bool dependent = (config & kHalfDecodeDependentLaunch) != 0;
+  if (config & kHalfDecodeNarrow) {
+    a.x_rows = plan_x_rows<NT, W, 1>(a.windows, split_k, a.N, a.M);
+    return launch_one<T, NT, W, 1>(a, split_k, dependent, stream);
+  }
+  a.x_rows = plan_x_rows<NT, W, 4>(a.windows, split_k, a.N, a.M);
+  return launch_one<T, NT, W, 4>(a, split_k, dependent, stream);
+}
+
+// Checks the problem and launches the kernel for its m.
+template <class T>
+cudaError_t launch(const HalfSpmmParams& p, int config, cudaStream_t stream) {
+  if (!half_decode_supports(p.m, p.n, p.k, p.N, p.M, p.L)) return cudaErrorInvalidValue;
+  if (p.split_k < 1 || p.split_k > kHalfDecodeMaxSplit) return cudaErrorInvalidValue;
+  if (p.x == nullptr || p.values == nullptr || p.indices == nullptr || p.y == nullptr) return cudaErrorInvalidValue;
+  if (p.ldx < p.k) return cudaErrorInvalidValue;
+  if (reinterpret_cast<uintptr_t>(p.values) % 16 != 0 || reinterpret_cast<uintptr_t>(p.y) % 8 != 0 ||
+      reinterpret_cast<uintptr_t>(p.x) % 2 != 0 || (p.bias != nullptr && reinterpret_cast<uintptr_t>(p.bias) % 2 != 0))
+    return cudaErrorMisalignedAddress;
+  Args a;
+  a.x = static_cast<const uint16_t*>(p.x);
+  a.ldx = p.ldx;
+  a.values = static_cast<const uint16_t*>(p.values);
+  a.indices = p.indices;
+  a.bias = static_cast<const uint16_t*>(p.bias);
+  a.y = static_cast<uint16_t*>(p.y);
+  a.n = p.n;
+  a.q = p.n / p.L;
+  a.windows = p.k / p.M;
+  a.magic = ((uint64_t{1} << 32) + static_cast<uint64_t>(p.N) - 1) / static_cast<uint64_t>(p.N);
+  a.m = static_cast<int>(p.m);
+  a.N = p.N;
+  a.M = p.M;
+  a.L = p.L;
+  a.x_rows = 0;
+  a.x_pairs = reinterpret_cast<uintptr_t>(p.x) % 4 == 0 && p.ldx % 2 == 0;
+  const int split = static_cast<int>(p.split_k < a.windows ? p.split_k : (a.windows > 0 ? a.windows : 1));
+  if (p.m <= 8) return launch_cols<T, 1, kWarps>(a, split, config, stream);
+  if (p.m <= 16) return launch_cols<T, 2, kWarps>(a, split, config, stream);
+  if (p.m <= 32) return launch_cols<T, 4, kWarps>(a, split, config, stream);
+  return launch_cols<T, 8, kWarps>(a, split, config, stream);
+}
+
+}  // namespace half_decode
+}  // namespace kernels
+}  // namespace nmspmm
