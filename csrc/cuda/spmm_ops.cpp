@@ -17,7 +17,10 @@
 
 namespace nmspmm {
 
-// spmm_half_prefill.cpp: the output if the native fp16 / bf16 prefill kernel takes the call.
+// spmm_half_decode.cpp / spmm_half_prefill.cpp: the output if a native fp16 / bf16 kernel takes
+// the call.
+std::optional<at::Tensor> spmm_half_decode(const at::Tensor& x2, const at::Tensor& values, const at::Tensor& indices,
+                                           int64_t N, int64_t M, int64_t L, const std::optional<at::Tensor>& bias);
 std::optional<at::Tensor> spmm_half_prefill(const at::Tensor& x2, const at::Tensor& values, const at::Tensor& indices,
                                             int64_t N, int64_t M, int64_t L, const std::optional<at::Tensor>& bias);
 
@@ -155,6 +158,22 @@ WeightHazardTable::Range range_of(const at::Tensor& t) {
   return {lo, lo + static_cast<uintptr_t>(t.numel()) * t.element_size()};
 }
 
+}  // namespace
+
+// For the fp16 / bf16 decode kernels (spmm_half_decode.cpp), which load weight rows before they
+// wait for the kernel before them: whether this launch may start early on the current stream
+// (dependent launches on, and its weight does not overlap what the stream's last SpMM wrote); records
+// y as the launch's output either way.
+bool decode_launch_may_overlap(const at::Tensor& values, const at::Tensor& indices, const at::Tensor& y) {
+  const WeightHazardTable::Range reads[2] = {range_of(values), range_of(indices)};
+  const WeightHazardTable::Range writes[2] = {range_of(y), {}};
+  const bool safe =
+      weight_hazards().check_and_record(y.get_device(), c10::cuda::getCurrentCUDAStream(), reads, writes);
+  return safe && overlap_enabled();
+}
+
+namespace {
+
 // forced: the plan (kernel, split_k) of spmm_with_plan; else the heuristic picks it.
 at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const at::Tensor& indices,
                           int64_t N, int64_t M, int64_t L, const std::optional<at::Tensor>& bias,
@@ -174,8 +193,10 @@ at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const a
   const auto out_shape = spmm_out_shape(x, out);
   const at::ScalarType dtype = x.scalar_type();
   at::Tensor x2 = x.reshape({-1, in});
-  // fp16 / bf16 prefill on sm_80+: native tensor-core kernels (spmm_half_prefill.cpp).
+  // fp16 / bf16: native tensor-core kernels, decode (m <= 64, sm_90; spmm_half_decode.cpp) first,
+  // then prefill (sm_80+; spmm_half_prefill.cpp).
   if (!forced) {
+    if (auto y_half = spmm_half_decode(x2, values, indices, N, M, L, bias)) return y_half->reshape(out_shape);
     if (auto y_half = spmm_half_prefill(x2, values, indices, N, M, L, bias)) return y_half->reshape(out_shape);
   }
   // The other kernels compute in float32; half-precision inputs are upcast.

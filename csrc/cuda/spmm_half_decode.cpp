@@ -1,0 +1,119 @@
+// Native fp16 / bf16 decode path of nmspmm::spmm on CUDA: the tensor-core decode kernels of
+// csrc/cuda/kernels/half/decode_half.cuh (weights streamed in their own dtype, fp32 accumulation,
+// output and bias in the input dtype, k split over a thread-block cluster and reduced on chip).
+// spmm_ops.cpp calls spmm_half_decode() before its other paths; it takes the call when the device
+// has thread-block clusters (compute capability 9.0+), m <= half_decode_max_m() and the pattern is
+// one the kernels cover (L in {16, 32, 64, 128}, M a power of two in [2, 64]). Everything runs on
+// the current stream; the kernels need no scratch, allocate nothing and do not synchronize, so the
+// call is CUDA-graph capturable.
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/all.h>
+
+#include <cstdlib>
+#include <mutex>
+#include <optional>
+
+#include "kernels/half/decode_half_plan.h"
+#include "kernels/half/spmm_half.h"
+
+namespace nmspmm {
+
+// spmm_ops.cpp: whether this launch may start before the kernel before it in the stream (its
+// weight does not overlap what the stream's last SpMM wrote); records the launch's output.
+bool decode_launch_may_overlap(const at::Tensor& values, const at::Tensor& indices, const at::Tensor& y);
+
+namespace {
+
+struct HalfDecodeDeviceFacts {
+  int sms = 132;
+  bool clusters = false;
+};
+
+const HalfDecodeDeviceFacts& half_decode_device_facts(int device) {
+  constexpr int kMaxDevices = 64;
+  static HalfDecodeDeviceFacts facts[kMaxDevices];
+  static std::once_flag queried[kMaxDevices];
+  static const HalfDecodeDeviceFacts unknown{};
+  if (device < 0 || device >= kMaxDevices) return unknown;
+  std::call_once(queried[device], [device] {
+    HalfDecodeDeviceFacts f;
+    int major = 0;
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&f.sms, cudaDevAttrMultiProcessorCount, device));
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    f.clusters = major >= 9;
+    facts[device] = f;
+  });
+  return facts[device];
+}
+
+}  // namespace
+
+// Largest m the decode kernels take (the rest goes to the prefill path): 64, their whole range.
+// Their time grows with m in steps of 8 tokens while the prefill kernel's CTA covers 128 tokens
+// whatever m is (docs/kernels.md, "Half-precision decode"). NMSPMM_HALF_DECODE_MAX_M=<0..64> (read
+// once) moves the crossover: an A/B switch for benchmarks/bench_decode_half.py, not a tuning knob.
+int64_t half_decode_max_m() {
+  static const int64_t max_m = [] {
+    const char* e = std::getenv("NMSPMM_HALF_DECODE_MAX_M");
+    if (e == nullptr || e[0] == '\0') return kernels::kHalfDecodeMaxM;
+    const long v = std::strtol(e, nullptr, 10);
+    return static_cast<int64_t>(v < 0 ? 0 : v > kernels::kHalfDecodeMaxM ? kernels::kHalfDecodeMaxM : v);
+  }();
+  return max_m;
+}
+
+// Returns the output if the native decode kernel takes the call; std::nullopt sends it on.
+// x2 is x reshaped to [m, in]; the caller has checked every argument.
+std::optional<at::Tensor> spmm_half_decode(const at::Tensor& x2, const at::Tensor& values, const at::Tensor& indices,
+                                           int64_t N, int64_t M, int64_t L, const std::optional<at::Tensor>& bias) {
+  const at::ScalarType dtype = x2.scalar_type();
+  if (dtype != at::kHalf && dtype != at::kBFloat16) return std::nullopt;
+  const int64_t m = x2.size(0), in = x2.size(1), out = values.size(1);
+  if (m < 1 || m > half_decode_max_m() || in == 0 || out == 0) return std::nullopt;
+  if (!kernels::half_decode_supports(m, out, in, N, M, L)) return std::nullopt;
+  const HalfDecodeDeviceFacts& dev = half_decode_device_facts(x2.get_device());
+  if (!dev.clusters) return std::nullopt;
+
+  at::Tensor x = x2;
+  if (x.stride(1) != 1 || (m > 1 && x.stride(0) < in)) x = x.contiguous();
+  at::Tensor vals = values.contiguous();
+  if (reinterpret_cast<uintptr_t>(vals.data_ptr()) % 16 != 0) vals = vals.clone();
+  const at::Tensor idx = indices.contiguous();
+  at::Tensor b;
+  if (bias.has_value()) b = bias->contiguous();
+  at::Tensor y = at::empty({m, out}, x.options());
+
+  const kernels::HalfDecodePlan plan = kernels::half_decode_plan(m, out, in, N, M, dev.sms);
+  kernels::HalfSpmmParams p{};
+  p.x = x.data_ptr();
+  p.ldx = m > 1 ? x.stride(0) : in;
+  p.values = vals.data_ptr();
+  p.indices = idx.data_ptr<uint8_t>();
+  p.bias = b.defined() ? b.data_ptr() : nullptr;
+  p.y = y.data_ptr();
+  p.m = m;
+  p.n = out;
+  p.k = in;
+  p.N = static_cast<int>(N);
+  p.M = static_cast<int>(M);
+  p.L = static_cast<int>(L);
+  p.split_k = plan.split_k;
+  p.dtype = dtype == at::kBFloat16 ? kernels::HalfType::kBF16 : kernels::HalfType::kF16;
+  int config = plan.config;
+  if (decode_launch_may_overlap(vals, idx, y)) config |= kernels::kHalfDecodeDependentLaunch;
+  // The kernels reduce on chip and need no scratch; the interface allows it.
+  const size_t scratch_bytes = kernels::half_decode_scratch_bytes(p, config);
+  at::Tensor scratch;
+  if (scratch_bytes > 0) {
+    scratch = at::empty({static_cast<int64_t>(scratch_bytes)}, x.options().dtype(at::kByte));
+    p.scratch = scratch.data_ptr();
+    p.scratch_bytes = scratch_bytes;
+  }
+  const cudaError_t err = kernels::launch_half_decode(p, config, c10::cuda::getCurrentCUDAStream());
+  TORCH_CHECK(err == cudaSuccess, "nmspmm.spmm: fp16/bf16 decode kernel (config ", config, ", split_k=", plan.split_k,
+              ") failed for m=", m, " n=", out, " k=", in, ": ", cudaGetErrorString(err));
+  return y;
+}
+
+}  // namespace nmspmm
