@@ -1,0 +1,240 @@
+"""fp16 / bf16 decode benchmark: nmspmm.spmm against cuBLAS (F.linear) in the same dtype.
+
+Two tables, both on the six Llama layer shapes (Llama-2-7B 4096x4096, 11008x4096, 4096x11008;
+Llama-3-8B 1024x4096, 14336x4096, 4096x14336, out x in), L = 32, M = 32:
+
+* decode rows: N = 16 / 12 / 8 / 4, m = 1, 8, 16, bf16 and fp16; time per call in CUDA graphs and
+  eagerly, speedup over F.linear, r = dense bytes / compressed bytes (values + indices), speedup / r,
+  GB/s of each side, and the per-cell floor (speedup >= 0.7 r for dense weights of 64 MB or more,
+  >= 0.5 r for 16-64 MB, >= 1.0 below);
+* m-sweep (bf16, graphs): m = 1, 2, 4, 8, 12, 16, 24, 32, 48, 64 with the default dispatch (the
+  native decode kernels take m <= 64) and, measured in a child process with
+  NMSPMM_HALF_DECODE_MAX_M=0, the path the call takes without them (the native prefill kernel
+  where it takes the m, else the float32 path): where the second is faster is the crossover.
+
+Weights are cycled past L2: each timed sequence calls the op on as many weight copies as make up
+256 MB (at least 2), captured in one CUDA graph; the time is the median over replays, per call.
+
+    python benchmarks/bench_decode_half.py                 # both tables -> benchmarks/results/...
+    python benchmarks/bench_decode_half.py --quick         # m = 1, 16; N = 16, 4; bf16
+    python benchmarks/bench_decode_half.py --no-sweep
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
+SHAPES = [("Llama-2-7B", 4096, 4096), ("Llama-2-7B", 11008, 4096), ("Llama-2-7B", 4096, 11008),
+          ("Llama-3-8B", 1024, 4096), ("Llama-3-8B", 14336, 4096), ("Llama-3-8B", 4096, 14336)]
+SWEEP_M = [1, 2, 4, 8, 12, 16, 24, 32, 48, 64]
+ROTATE_BYTES = 256e6
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def random_compressed(copies, n, k, N, M, L, dtype):
+    """`copies` independent [w, n] values and [w, n / L] uint8 indices (random N of M positions)."""
+    G, V = k // M, n // L
+    values = torch.randn(copies, G * N, n, device="cuda").to(dtype)
+    pos = torch.rand(G, V, M, device="cuda").argsort(dim=-1)[..., :N].sort(dim=-1).values
+    ind = pos.permute(0, 2, 1).reshape(G * N, V).to(torch.uint8)
+    return values, ind.unsqueeze(0).expand(copies, -1, -1).contiguous()
+
+
+def time_graph(fns, reps=20):
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for f in fns:
+            f()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for f in fns:
+            f()
+    graph.replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(reps):
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / len(fns))
+    return statistics.median(times)
+
+
+def time_eager(fns, reps=7):
+    for f in fns:
+        f()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(reps):
+        start.record()
+        for f in fns:
+            f()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / len(fns))
+    return statistics.median(times)
+
+
+_dense_cache = {}
+
+
+def dense_times(dtype, n, k, m, eager):
+    key = (dtype, n, k, m, eager)
+    if key not in _dense_cache:
+        copies = max(2, math.ceil(ROTATE_BYTES / (n * k * 2)))
+        w = torch.randn(copies, n, k, device="cuda").to(dtype)
+        x = torch.randn(m, k, device="cuda").to(dtype)
+        fns = [lambda i=i: F.linear(x, w[i]) for i in range(copies)]
+        _dense_cache[key] = (time_graph(fns), time_eager(fns) if eager else float("nan"))
+        del w
+    return _dense_cache[key]
+
+
+def sparse_times(dtype, n, k, N, M, L, m, eager):
+    w = k // M * N
+    comp = w * n * 2 + w * (n // L)
+    copies = max(2, min(400, math.ceil(ROTATE_BYTES / comp)))
+    values, ind = random_compressed(copies, n, k, N, M, L, dtype)
+    x = torch.randn(m, k, device="cuda").to(dtype)
+    ops = torch.ops.nmspmm
+    fns = [lambda i=i: ops.spmm(x, values[i], ind[i], N, M, L) for i in range(copies)]
+    out = (time_graph(fns), time_eager(fns) if eager else float("nan"), comp)
+    del values, ind
+    return out
+
+
+def floor_of(dense_bytes, r):
+    if dense_bytes >= 64e6:
+        return 0.7 * r
+    if dense_bytes >= 16e6:
+        return 0.5 * r
+    return 1.0
+
+
+def decode_rows(dtypes, Ns, ms, M=32, L=32):
+    rows = []
+    for dname in dtypes:
+        dtype = DTYPES[dname]
+        for model, n, k in SHAPES:
+            for N in Ns:
+                for m in ms:
+                    us, us_eager, comp = sparse_times(dtype, n, k, N, M, L, m, eager=True)
+                    dus, dus_eager = dense_times(dtype, n, k, m, eager=True)
+                    dense_bytes = n * k * 2
+                    r = dense_bytes / comp
+                    sp = dus / us
+                    fl = floor_of(dense_bytes, r)
+                    rows.append(dict(dtype=dname, model=model, out=n, inp=k, pattern=f"{N}:{M}", L=L, m=m,
+                                     us_graph=us, us_dense_graph=dus, speedup_graph=sp,
+                                     us_eager=us_eager, us_dense_eager=dus_eager, speedup_eager=dus_eager / us_eager,
+                                     r=r, speedup_over_r=sp / r, floor=fl, floor_met=sp >= fl,
+                                     gbps=comp / us / 1e3, gbps_dense=dense_bytes / dus / 1e3))
+                    common.log(f"{dname} {model} {n}x{k} {N}:{M} m={m}: {us:.2f} us vs {dus:.2f} us dense, "
+                               f"{sp:.2f}x (r={r:.2f}, floor {fl:.2f}) {comp / us / 1e3:.0f} GB/s")
+    return rows
+
+
+def sweep_rows(Ns, ms, M=32, L=32, dtype_name="bf16"):
+    dtype = DTYPES[dtype_name]
+    rows = []
+    for model, n, k in SHAPES:
+        for N in Ns:
+            for m in ms:
+                us, _, comp = sparse_times(dtype, n, k, N, M, L, m, eager=False)
+                dus, _ = dense_times(dtype, n, k, m, eager=False)
+                rows.append(dict(dtype=dtype_name, model=model, out=n, inp=k, pattern=f"{N}:{M}", m=m, us=us,
+                                 us_dense=dus, speedup=dus / us))
+    return rows
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=None, help="output directory (default: benchmarks/results/<gpu>/...)")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--no-sweep", action="store_true", help="skip the m-sweep")
+    ap.add_argument("--sweep-json", default=None, help=argparse.SUPPRESS)  # child: write the sweep here
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        sys.exit("bench_decode_half: needs a CUDA GPU")
+    import nmspmm  # noqa: F401  (loads the ops)
+
+    Ns = [16, 4] if args.quick else [16, 12, 8, 4]
+    sweep_Ns = [16, 4] if args.quick else [16, 8, 4]
+    ms = [1, 16] if args.quick else [1, 8, 16]
+    sweep_m = [1, 16, 32, 64] if args.quick else SWEEP_M
+    if args.sweep_json:  # child process of the m-sweep (environment set by the parent)
+        with open(args.sweep_json, "w") as f:
+            json.dump(sweep_rows(sweep_Ns, sweep_m), f)
+        return
+
+    out_dir = args.out or common.default_out_dir("decode_half")
+    os.makedirs(out_dir, exist_ok=True)
+    env = common.collect_env()
+    t0 = time.time()
+    rows = decode_rows(["bf16"] if args.quick else ["bf16", "fp16"], Ns, ms)
+    common.write_csv(os.path.join(out_dir, "decode_half.csv"), rows)
+    lines = [f"# fp16 / bf16 decode ({torch.cuda.get_device_name()}, torch {torch.__version__})", "",
+             "| dtype | layer (out x in) | N:M | m | graph us | cuBLAS us | speedup | r | speedup / r | floor | "
+             "GB/s | cuBLAS GB/s | eager us | cuBLAS eager us |", "|" + "---|" * 14]
+    for r in rows:
+        lines.append(f"| {r['dtype']} | {r['model']} {r['out']}x{r['inp']} | {r['pattern']} | {r['m']} | "
+                     f"{r['us_graph']:.2f} | {r['us_dense_graph']:.2f} | {r['speedup_graph']:.2f} | {r['r']:.2f} | "
+                     f"{r['speedup_over_r']:.2f} | {r['floor']:.2f} {'ok' if r['floor_met'] else 'MISSED'} | "
+                     f"{r['gbps']:.0f} | {r['gbps_dense']:.0f} | {r['us_eager']:.2f} | {r['us_dense_eager']:.2f} |")
+    met = sum(r["floor_met"] for r in rows)
+    lines += ["", f"floors met: {met} / {len(rows)}"]
+
+    if not args.no_sweep:
+        sweep = sweep_rows(sweep_Ns, sweep_m)
+        child_json = os.path.join(out_dir, "msweep_without_decode.json")
+        child_env = dict(os.environ, NMSPMM_HALF_DECODE_MAX_M="0")
+        cmd = [sys.executable, os.path.abspath(__file__), "--sweep-json", child_json] + (["--quick"] if args.quick else [])
+        subprocess.run(cmd, env=child_env, check=True)
+        with open(child_json) as f:
+            other = {(r["out"], r["inp"], r["pattern"], r["m"]): r for r in json.load(f)}
+        for r in sweep:
+            o = other[(r["out"], r["inp"], r["pattern"], r["m"])]
+            r["us_without_decode"] = o["us"]
+            r["decode_faster"] = r["us"] <= o["us"]
+        common.write_csv(os.path.join(out_dir, "msweep.csv"), sweep)
+        lines += ["", "## m-sweep (bf16, graphs): speedup over cuBLAS with decode / without it (prefill or "
+                  "float32 path)", "", "| layer | N:M | " + " | ".join(f"m={m}" for m in sweep_m) + " |",
+                  "|" + "---|" * (len(sweep_m) + 2)]
+        for model, n, k in SHAPES:
+            for N in sweep_Ns:
+                cells = []
+                for m in sweep_m:
+                    r = next(x for x in sweep if x["out"] == n and x["inp"] == k and x["pattern"] == f"{N}:32"
+                             and x["m"] == m)
+                    cells.append(f"{r['speedup']:.2f} / {r['us_dense'] / r['us_without_decode']:.2f}")
+                lines.append(f"| {model} {n}x{k} | {N}:32 | " + " | ".join(cells) + " |")
+        slower = [r for r in sweep if not r["decode_faster"]]
+        lines += ["", "decode slower than the path without it at: " +
+                  (", ".join(f"{r['out']}x{r['inp']} {r['pattern']} m={r['m']}" for r in slower) or "none")]
+    text = "\n".join(lines)
+    with open(os.path.join(out_dir, "decode_half.md"), "w") as f:
+        f.write(text + "\n")
+    common.write_json(os.path.join(out_dir, "env.json"), env)
+    print(text)
+    common.log(f"done in {time.time() - t0:.0f} s -> {out_dir}")
+
+
+if __name__ == "__main__":
+    main()
