@@ -113,6 +113,22 @@ inline void check_spmm_inputs(const at::Tensor& x, const at::Tensor& values,
   }
 }
 
+// Rows of x as a matrix [..., in] -> [m, in] (the product of the leading dims; a reshape to
+// {-1, in} is ambiguous when in == 0).
+inline int64_t spmm_rows(const at::Tensor& x) {
+  int64_t m = 1;
+  for (int64_t d = 0; d + 1 < x.dim(); ++d) m *= x.size(d);
+  return m;
+}
+
+// spmm with in_features == 0: every output is the bias (or zero), as in nn.Linear.
+inline at::Tensor spmm_no_inputs(const at::Tensor& x, int64_t out_features,
+                                 const std::optional<at::Tensor>& bias) {
+  auto y = at::zeros({spmm_rows(x), out_features}, x.options());
+  if (bias.has_value()) y.add_(*bias);
+  return y;
+}
+
 inline std::vector<int64_t> spmm_out_shape(const at::Tensor& x, int64_t out_features) {
   auto s = x.sizes().vec();
   s.back() = out_features;
@@ -128,9 +144,11 @@ inline void check_plan(int64_t kernel, int64_t split_k, int64_t m, int64_t N, in
   TORCH_CHECK(kernel < kNumKernels, "nmspmm.spmm_with_plan: unknown kernel ", kernel);
   TORCH_CHECK(split_k >= 1 && split_k <= 64, "nmspmm.spmm_with_plan: split_k must be in [1, 64], got ",
               split_k);
+  // Blame col_info only where it is what is missing (a packing kernel that would run with it).
+  const bool needs_col_info = !has_col_info && kernel_supports(static_cast<int>(kernel), m, N, M, L, true);
   TORCH_CHECK(kernel_supports(static_cast<int>(kernel), m, N, M, L, has_col_info),
               "nmspmm.spmm_with_plan: kernel ", kernel, " cannot run m=", m, " with pattern ", N, ":",
-              M, " L=", L, has_col_info ? "" : " without col_info");
+              M, " L=", L, needs_col_info ? " without col_info" : "");
   if (is_cluster_decode_kernel(static_cast<int>(kernel)))
     TORCH_CHECK(split_k >= 1 && split_k <= max_decode_cluster_size(static_cast<int>(kernel)),
                 "nmspmm.spmm_with_plan: split_k of kernel ", kernel, " is its cluster size and must be in [1, ",

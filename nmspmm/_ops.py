@@ -20,13 +20,93 @@ def _cdiv(a, b):
     return (a + b - 1) // b
 
 
+# The fake kernels check what the real ones check (csrc/checks.h) that does not need the data:
+# devices, dtypes, ranks, shapes and the pattern, with the same messages, so that a call refused on
+# a real device is refused under torch.compile and on meta tensors too. torch._check keeps a
+# symbolic size symbolic (it becomes a runtime assertion instead of a guard).
+_FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _is_pow2(v):
+    return v > 0 and (v & (v - 1)) == 0
+
+
+def _check_pattern(N, M, L):
+    torch._check(_is_pow2(M) and 2 <= M <= 64,
+                 lambda: f"nmspmm: M must be a power of two in [2, 64], got M={M}")
+    torch._check(1 <= N <= M, lambda: f"nmspmm: N must satisfy 1 <= N <= M, got N={N}, M={M}")
+    torch._check(_is_pow2(L) and L <= 128, lambda: f"nmspmm: L must be a power of two in [1, 128], got L={L}")
+
+
+def _check_same_device(op, first, *named):
+    """Every (name, tensor) of ``named`` (None skipped) is on ``first``'s device."""
+    fname, ft = first
+    for name, t in named:
+        if t is not None:
+            torch._check(t.device == ft.device,
+                         lambda: f"nmspmm.{op}: {name} is on {t.device} but {fname} is on {ft.device}")
+
+
+def _check_weight(weight, N, M, L):
+    _check_pattern(N, M, L)
+    torch._check(weight.dim() == 2,
+                 lambda: f"nmspmm: weight must be 2-D [out_features, in_features], got {weight.dim()}-D")
+    torch._check(weight.dtype in _FLOAT_DTYPES,
+                 lambda: f"nmspmm: weight must be float32, float16 or bfloat16, got {weight.dtype}")
+    torch._check(weight.shape[1] % M == 0,
+                 lambda: f"nmspmm: weight in_features ({weight.shape[1]}) must be divisible by M={M}")
+    torch._check(weight.shape[0] % L == 0,
+                 lambda: f"nmspmm: weight out_features ({weight.shape[0]}) must be divisible by L={L}")
+
+
+def _check_compressed(op, values, indices, N, M, L):
+    """Mirror of checks.h::check_compressed; returns in_features."""
+    _check_pattern(N, M, L)
+    torch._check(values.dim() == 2, lambda: f"nmspmm: values must be 2-D [in*N/M, out], got {values.dim()}-D")
+    torch._check(values.dtype in _FLOAT_DTYPES,
+                 lambda: f"nmspmm: values must be float32, float16 or bfloat16, got {values.dtype}")
+    torch._check(indices.dim() == 2,
+                 lambda: f"nmspmm: indices must be 2-D [in*N/M, out/L], got {indices.dim()}-D")
+    torch._check(indices.dtype == torch.uint8, lambda: f"nmspmm: indices must be uint8, got {indices.dtype}")
+    _check_same_device(op, ("values", values), ("indices", indices))
+    w, out = values.shape
+    torch._check(w % N == 0, lambda: f"nmspmm: values.size(0)={w} is not a multiple of N={N} "
+                 "(expected in_features*N/M rows)")
+    torch._check(out % L == 0, lambda: f"nmspmm: values.size(1)={out} (out_features) must be divisible by L={L}")
+    torch._check(indices.shape[0] == w and indices.shape[1] == out // L,
+                 lambda: f"nmspmm: indices must have shape [{w}, {out // L}] to match values "
+                 f"{tuple(values.shape)} and L={L}, got {tuple(indices.shape)}")
+    return w // N * M
+
+
+def _check_col_info(op, col_info, packed_indices, indices, in_features, out_features):
+    torch._check((col_info is None) == (packed_indices is None),
+                 lambda: f"nmspmm.{op}: col_info and packed_indices must be given together")
+    if col_info is None:
+        return
+    shape = (_cdiv(out_features, PACK_TILE_N), _cdiv(in_features, PACK_K_BLOCK), PACK_K_BLOCK)
+    torch._check(col_info.dtype == torch.uint8 and col_info.dim() == 3 and tuple(col_info.shape) == shape,
+                 lambda: f"nmspmm: col_info must be uint8 of shape [{shape[0]}, {shape[1]}, {shape[2]}] "
+                 f"(from nmspmm.col_info(indices, N, M, L)), got {col_info.dtype} {tuple(col_info.shape)}")
+    torch._check(packed_indices.dtype == torch.uint8 and packed_indices.shape == indices.shape,
+                 lambda: f"nmspmm: packed_indices must be uint8 with the shape of indices "
+                 f"{tuple(indices.shape)}, got {packed_indices.dtype} {tuple(packed_indices.shape)}")
+    _check_same_device(op, ("indices", indices), ("col_info", col_info), ("packed_indices", packed_indices))
+
+
 @torch.library.register_fake("nmspmm::prune")
 def _prune_fake(weight, N, M, L):
+    _check_weight(weight, N, M, L)
     return weight.new_empty(weight.shape, dtype=torch.bool)
 
 
 @torch.library.register_fake("nmspmm::compress")
 def _compress_fake(weight, mask, N, M, L):
+    _check_weight(weight, N, M, L)
+    torch._check(mask.dtype == torch.bool, lambda: f"nmspmm.compress: mask must be bool, got {mask.dtype}")
+    torch._check(mask.shape == weight.shape, lambda: f"nmspmm.compress: mask shape {tuple(mask.shape)} "
+                 f"must equal weight shape {tuple(weight.shape)}")
+    _check_same_device("compress", ("weight", weight), ("mask", mask))
     out, inp = weight.shape
     w = inp // M * N
     return weight.new_empty((w, out)), weight.new_empty((w, out // L), dtype=torch.uint8)
@@ -34,31 +114,51 @@ def _compress_fake(weight, mask, N, M, L):
 
 @torch.library.register_fake("nmspmm::decompress")
 def _decompress_fake(values, indices, N, M, L):
-    w, out = values.shape
-    return values.new_empty((out, w // N * M))
+    inp = _check_compressed("decompress", values, indices, N, M, L)
+    return values.new_empty((values.shape[1], inp))
 
 
 @torch.library.register_fake("nmspmm::col_info")
 def _col_info_fake(indices, N, M, L):
+    _check_pattern(N, M, L)
+    torch._check(indices.dim() == 2 and indices.dtype == torch.uint8,
+                 lambda: f"nmspmm.col_info: indices must be a 2-D uint8 tensor, got {indices.dtype} "
+                 f"{tuple(indices.shape)}")
+    torch._check(indices.shape[0] % N == 0,
+                 lambda: f"nmspmm.col_info: indices.size(0)={indices.shape[0]} is not a multiple of N={N}")
     w, vectors = indices.shape
     out, inp = vectors * L, w // N * M
     cols = indices.new_empty((_cdiv(out, PACK_TILE_N), _cdiv(inp, PACK_K_BLOCK), PACK_K_BLOCK))
     return cols, indices.new_empty(indices.shape)
 
 
-def _spmm_fake_impl(x, values):
-    torch._check(x.dtype == values.dtype, lambda: "nmspmm: x and values must share a dtype")
-    return x.new_empty((*x.shape[:-1], values.shape[1]))
+def _spmm_fake_impl(op, x, values, indices, N, M, L, bias, col_info, packed_indices):
+    inp = _check_compressed(op, values, indices, N, M, L)
+    torch._check(x.dim() >= 1, lambda: "nmspmm: x must have at least one dimension [..., in_features]")
+    torch._check(x.dtype in _FLOAT_DTYPES, lambda: f"nmspmm: x must be float32, float16 or bfloat16, got {x.dtype}")
+    torch._check(x.dtype == values.dtype, lambda: f"nmspmm: x has dtype {x.dtype} but the packed weight "
+                 f"values have dtype {values.dtype}")
+    _check_same_device(op, ("x", x), ("values", values))
+    torch._check(x.shape[-1] == inp, lambda: f"nmspmm: x.shape[-1]={x.shape[-1]} does not match the packed "
+                 f"weight's in_features={inp}")
+    out = values.shape[1]
+    if bias is not None:
+        torch._check(bias.dim() == 1 and bias.shape[0] == out,
+                     lambda: f"nmspmm: bias must have shape [{out}], got {tuple(bias.shape)}")
+        torch._check(bias.dtype == x.dtype, lambda: f"nmspmm: bias has dtype {bias.dtype} but x has dtype {x.dtype}")
+        _check_same_device(op, ("x", x), ("bias", bias))
+    _check_col_info(op, col_info, packed_indices, indices, inp, out)
+    return x.new_empty((*x.shape[:-1], out))
 
 
 @torch.library.register_fake("nmspmm::spmm")
 def _spmm_fake(x, values, indices, N, M, L, bias=None, col_info=None, packed_indices=None):
-    return _spmm_fake_impl(x, values)
+    return _spmm_fake_impl("spmm", x, values, indices, N, M, L, bias, col_info, packed_indices)
 
 
 @torch.library.register_fake("nmspmm::spmm_with_plan")
 def _spmm_with_plan_fake(x, values, indices, N, M, L, bias, col_info, packed_indices, kernel, split_k):
-    return _spmm_fake_impl(x, values)
+    return _spmm_fake_impl("spmm_with_plan", x, values, indices, N, M, L, bias, col_info, packed_indices)
 
 
 @functools.lru_cache(maxsize=None)

@@ -1,7 +1,8 @@
 """The compressed N:M weight and the functional API. The format is documented in docs/format.md."""
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import dataclasses
+from dataclasses import dataclass
 from typing import Optional, Tuple
 
 import torch
@@ -13,6 +14,18 @@ def _check_device(t: torch.Tensor, what: str) -> None:
     if t.is_cuda and not cuda_kernels_built():
         raise RuntimeError(f"nmspmm: {what} is a CUDA tensor but this nmspmm build has no CUDA "
                            "kernels; reinstall with torch+CUDA and nvcc (NMSPMM_BUILD_CUDA=1)")
+
+
+_FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _trusted(cls, **fields):
+    """Build an NMWeight from tensors that are already valid (derived from a validated weight
+    by nmspmm itself), skipping the checks of ``__post_init__``."""
+    obj = object.__new__(cls)
+    for f in dataclasses.fields(cls):
+        object.__setattr__(obj, f.name, fields.get(f.name, f.default))
+    return obj
 
 
 @dataclass(frozen=True)
@@ -35,6 +48,16 @@ class NMWeight:
     shape: Tuple[int, int]
     col_info: Optional[torch.Tensor] = None
     packed_indices: Optional[torch.Tensor] = None
+
+    def __post_init__(self) -> None:
+        # A weight built from user tensors is checked here, where it enters: types, shapes and
+        # devices, then the index data (each index < M, strictly ascending within each (window,
+        # vector); col_info/packed_indices equal to what nmspmm.col_info computes from indices).
+        # The spmm hot path checks none of the data (see docs/format.md, "Validation").
+        _validate(self)
+
+    def _fields(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
     @property
     def out_features(self) -> int:
@@ -68,7 +91,7 @@ class NMWeight:
         if self.col_info is not None:
             return self
         cols, packed = col_info(self)
-        return replace(self, col_info=cols, packed_indices=packed)
+        return _trusted(NMWeight, **{**self._fields(), "col_info": cols, "packed_indices": packed})
 
     def to(self, device=None, dtype=None) -> "NMWeight":
         """Move to a device and/or cast the values (indices stay uint8; metadata follows)."""
@@ -76,8 +99,9 @@ class NMWeight:
             if t is None:
                 return None
             return t.to(device=device, dtype=dtype if cast else None)
-        return replace(self, values=mv(self.values, True), indices=mv(self.indices),
-                       col_info=mv(self.col_info), packed_indices=mv(self.packed_indices))
+        return _trusted(NMWeight, **{**self._fields(), "values": mv(self.values, True),
+                                     "indices": mv(self.indices), "col_info": mv(self.col_info),
+                                     "packed_indices": mv(self.packed_indices)})
 
 
 def _pattern_args(N: int, M: int, L: int) -> Tuple[int, int, int]:
@@ -85,6 +109,71 @@ def _pattern_args(N: int, M: int, L: int) -> Tuple[int, int, int]:
         if not isinstance(v, int) or isinstance(v, bool):
             raise TypeError(f"nmspmm: {name} must be an int, got {type(v).__name__}")
     return N, M, L
+
+
+def _is_pow2(v: int) -> bool:
+    return v > 0 and (v & (v - 1)) == 0
+
+
+def _validate(w: "NMWeight") -> None:
+    """The checks of NMWeight construction (ValueError / TypeError naming the field)."""
+    N, M, L = _pattern_args(w.N, w.M, w.L)
+    if not (_is_pow2(M) and 2 <= M <= 64):
+        raise ValueError(f"nmspmm.NMWeight: M must be a power of two in [2, 64], got M={M}")
+    if not 1 <= N <= M:
+        raise ValueError(f"nmspmm.NMWeight: N must satisfy 1 <= N <= M, got N={N}, M={M}")
+    if not (_is_pow2(L) and L <= 128):
+        raise ValueError(f"nmspmm.NMWeight: L must be a power of two in [1, 128], got L={L}")
+    shape = w.shape
+    if (not isinstance(shape, (tuple, list, torch.Size)) or len(shape) != 2
+            or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)):
+        raise ValueError(f"nmspmm.NMWeight: shape must be (out_features, in_features) of non-negative "
+                         f"ints, got {shape!r}")
+    out, inp = shape
+    if inp % M or out % L:
+        raise ValueError(f"nmspmm.NMWeight: shape {tuple(shape)} does not fit {N}:{M} with L={L} "
+                         f"(in_features % M and out_features % L must be 0)")
+    for name in ("values", "indices"):
+        if not isinstance(getattr(w, name), torch.Tensor):
+            raise TypeError(f"nmspmm.NMWeight: {name} must be a torch.Tensor, got "
+                            f"{type(getattr(w, name)).__name__}")
+    if w.values.dtype not in _FLOAT_DTYPES:
+        raise TypeError(f"nmspmm.NMWeight: values must be float32, float16 or bfloat16, got {w.values.dtype}")
+    if w.indices.dtype != torch.uint8:
+        raise TypeError(f"nmspmm.NMWeight: indices must be uint8, got {w.indices.dtype} (indices are "
+                        "in-window positions 0..M-1; they are not cast)")
+    rows = inp // M * N
+    for name, t, want in (("values", w.values, (rows, out)), ("indices", w.indices, (rows, out // L))):
+        if tuple(t.shape) != want:
+            raise ValueError(f"nmspmm.NMWeight: {name} must have shape {list(want)} for shape "
+                             f"{tuple(shape)} and {N}:{M}, L={L}, got {list(t.shape)}")
+    if w.indices.device != w.values.device:
+        raise ValueError(f"nmspmm.NMWeight: indices is on {w.indices.device} but values is on "
+                         f"{w.values.device}")
+    if (w.col_info is None) != (w.packed_indices is None):
+        raise ValueError("nmspmm.NMWeight: col_info and packed_indices must be given together")
+    for name in ("col_info", "packed_indices"):
+        t = getattr(w, name)
+        if t is None:
+            continue
+        if not isinstance(t, torch.Tensor) or t.dtype != torch.uint8:
+            raise TypeError(f"nmspmm.NMWeight: {name} must be a uint8 tensor, got "
+                            f"{getattr(t, 'dtype', type(t).__name__)}")
+        if t.device != w.values.device:
+            raise ValueError(f"nmspmm.NMWeight: {name} is on {t.device} but values is on {w.values.device}")
+    _check_device(w.values, "NMWeight.values")
+    if w.indices.is_meta:
+        return  # no data to check
+    # The index data: col_info checks each index is < M and strictly ascending (on CUDA: one
+    # device check and one synchronization), and its result is the reference for the metadata.
+    cols, packed = ops.col_info(w.indices, N, M, L)
+    if w.col_info is not None:
+        if tuple(w.col_info.shape) != tuple(cols.shape) or not torch.equal(w.col_info, cols):
+            raise ValueError("nmspmm.NMWeight: col_info does not match indices (rebuild it with "
+                             "nmspmm.col_info or NMWeight.with_col_info)")
+        if tuple(w.packed_indices.shape) != tuple(packed.shape) or not torch.equal(w.packed_indices, packed):
+            raise ValueError("nmspmm.NMWeight: packed_indices does not match indices (rebuild it with "
+                             "nmspmm.col_info or NMWeight.with_col_info)")
 
 
 def prune(weight: torch.Tensor, N: int, M: int, L: int) -> torch.Tensor:
@@ -111,7 +200,8 @@ def compress(weight: torch.Tensor, N: int, M: int, L: int,
     if mask is None:
         mask = ops.prune(weight, N, M, L)
     values, indices = ops.compress(weight, mask, N, M, L)
-    packed = NMWeight(values, indices, N, M, L, (weight.shape[0], weight.shape[1]))
+    packed = _trusted(NMWeight, values=values, indices=indices, N=N, M=M, L=L,
+                      shape=(weight.shape[0], weight.shape[1]))
     return packed.with_col_info()
 
 

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from ._ops import ops
-from .format import NMWeight, _check_device
+from .format import NMWeight, _check_device, _trusted
 
 # The spmm overload itself: calling it skips the packet's per-call overload lookup.
 _spmm = ops.spmm.default
@@ -43,6 +43,10 @@ _SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # Key under which NMLinear records its pattern in the state dict's per-module metadata
 # (``state_dict()._metadata[prefix]``, which torch.save keeps); checked on load.
 _PATTERN_KEY = "nmspmm_pattern"
+# The layer's ``_extra_state`` entry: an int64 tensor [format version, N, M, L, in, out], so a
+# checkpoint describes itself in every container (torch.save, safetensors).
+FORMAT_VERSION = 1
+_EXTRA_FIELDS = ("format_version", "N", "M", "L", "in_features", "out_features")
 
 
 def _is_pow2(v: int) -> bool:
@@ -71,6 +75,13 @@ def _shape_problem(in_features: int, out_features: int, M: int, L: int) -> Optio
     return ", ".join(problems) or None
 
 
+def _check_features(name: str, v) -> None:
+    if not isinstance(v, int) or isinstance(v, bool):
+        raise TypeError(f"nmspmm.NMLinear: {name} must be an int, got {type(v).__name__}")
+    if v < 0:
+        raise ValueError(f"nmspmm.NMLinear: {name} must be >= 0, got {v}")
+
+
 def _record_pattern(module: "NMLinear", state_dict, prefix, local_metadata) -> None:
     local_metadata[_PATTERN_KEY] = f"{module.N}:{module.M}:{module.L}"
 
@@ -83,14 +94,20 @@ class NMLinear(nn.Module):
     :meth:`from_dense` to prune and compress an ``nn.Linear``.
 
     ``forward`` accepts ``x[..., in_features]`` in float32, float16 or bfloat16. If ``x`` has a
-    different dtype than the layer (``values``), it is cast to the layer's dtype and the result is
-    cast back to ``x``'s dtype. On CUDA, half-precision prefill (m >= 17) runs tensor-core kernels;
-    other half-precision calls are upcast to float32 inside the op.
+    different floating dtype than the layer (``values``), it is cast to the layer's dtype and the
+    result is cast back to ``x``'s dtype; integer, bool and complex inputs are refused, as by
+    ``nn.Linear``. On CUDA, half-precision prefill (m >= 17) runs tensor-core kernels; other
+    half-precision calls are upcast to float32 inside the op.
+
+    The state dict holds ``values``, ``indices``, ``bias`` and ``_extra_state`` (the pattern and
+    format version); ``load_state_dict`` checks all of it before it changes anything.
     """
 
     def __init__(self, in_features: int, out_features: int, N: int, M: int, L: int,
                  bias: bool = True, device=None, dtype=None) -> None:
         super().__init__()
+        _check_features("in_features", in_features)
+        _check_features("out_features", out_features)
         _check_pattern(N, M, L)
         problem = _shape_problem(in_features, out_features, M, L)
         if problem:
@@ -121,9 +138,17 @@ class NMLinear(nn.Module):
     def from_packed(cls, packed: NMWeight, bias: Optional[torch.Tensor] = None) -> "NMLinear":
         """Wrap an :class:`NMWeight` (and optional bias[out], cast to the values' dtype) without
         copying its values and indices; the packing metadata is rebuilt from the indices."""
+        if not isinstance(packed, NMWeight):
+            raise TypeError(f"nmspmm.NMLinear.from_packed: packed must be an NMWeight, got "
+                            f"{type(packed).__name__}")
         out_features, in_features = packed.shape
         layer = cls(in_features, out_features, packed.N, packed.M, packed.L, bias=bias is not None,
                     device="meta", dtype=packed.values.dtype)
+        if bias is not None and (not isinstance(bias, torch.Tensor) or tuple(bias.shape) != (out_features,)
+                                 or not bias.is_floating_point()):
+            raise ValueError(f"nmspmm.NMLinear.from_packed: bias must be a floating tensor of shape "
+                             f"[{out_features}], got {getattr(bias, 'dtype', type(bias).__name__)} "
+                             f"{list(getattr(bias, 'shape', []))}")
         if tuple(packed.values.shape) != tuple(layer.values.shape) or \
                 tuple(packed.indices.shape) != tuple(layer.indices.shape):
             raise ValueError(f"nmspmm.NMLinear.from_packed: values {tuple(packed.values.shape)} / "
@@ -153,7 +178,8 @@ class NMLinear(nn.Module):
         if mask is None:
             mask = ops.prune(weight, N, M, L)
         values, indices = ops.compress(weight, mask.to(device=weight.device, dtype=torch.bool), N, M, L)
-        packed = NMWeight(values, indices, N, M, L, (weight.shape[0], weight.shape[1]))
+        packed = _trusted(NMWeight, values=values, indices=indices, N=N, M=M, L=L,
+                          shape=(weight.shape[0], weight.shape[1]))
         return cls.from_packed(packed, linear.bias)
 
     # ---------------------------------------------------------------------------------- metadata
@@ -164,18 +190,118 @@ class NMLinear(nn.Module):
         _check_device(self.indices, "NMLinear.indices")
         self.col_info, self.packed_indices = ops.col_info(self.indices, self.N, self.M, self.L)
 
-    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
-                              unexpected_keys, error_msgs):
+    def get_extra_state(self) -> torch.Tensor:
+        """[format version, N, M, L, in_features, out_features] (int64): what a checkpoint must
+        match to load into this layer."""
+        return torch.tensor([FORMAT_VERSION, self.N, self.M, self.L, self.in_features,
+                             self.out_features], dtype=torch.int64)
+
+    def set_extra_state(self, state) -> None:
+        pass  # checked, with everything else, before anything is loaded (_load_from_state_dict)
+
+    def _check_extra_state(self, state, key: str) -> Optional[str]:
+        if not isinstance(state, torch.Tensor) or state.dtype != torch.int64 or tuple(state.shape) != (6,):
+            return (f"nmspmm: {key} must be an int64 tensor [format_version, N, M, L, in_features, "
+                    f"out_features], got {getattr(state, 'dtype', type(state).__name__)} "
+                    f"{list(getattr(state, 'shape', []))}")
+        if state.is_meta:
+            return None
+        saved = dict(zip(_EXTRA_FIELDS, state.tolist()))
+        if saved["format_version"] != FORMAT_VERSION:
+            return (f"nmspmm: {key}: format_version {saved['format_version']} is not supported "
+                    f"(this nmspmm reads format_version {FORMAT_VERSION})")
+        mine = dict(zip(_EXTRA_FIELDS, self.get_extra_state().tolist()))
+        for name in _EXTRA_FIELDS[1:]:
+            if saved[name] != mine[name]:
+                return (f"nmspmm: {key}: the checkpoint has {name}={saved[name]} but this layer has "
+                        f"{name}={mine[name]} (N:M:L {saved['N']}:{saved['M']}:{saved['L']}, "
+                        f"[{saved['out_features']}, {saved['in_features']}] saved; "
+                        f"{self.N}:{self.M}:{self.L}, [{self.out_features}, {self.in_features}] here)")
+        return None
+
+    def _check_incoming(self, state_dict, prefix, local_metadata):
+        """Everything a load must satisfy, checked before anything changes. Returns (errors, the
+        packing metadata of the incoming indices or None)."""
         mine = f"{self.N}:{self.M}:{self.L}"
         saved = local_metadata.get(_PATTERN_KEY)
         if saved is not None and saved != mine:
-            error_msgs.append(f"nmspmm: {prefix or 'NMLinear'} was saved with N:M:L={saved} but this "
-                              f"layer is {mine}")
+            return [f"nmspmm: {prefix or 'NMLinear'} was saved with N:M:L={saved} but this layer is "
+                    f"{mine}"], None
+        assign = local_metadata.get("assign_to_params_buffers", False)
+        own = {"values": self.values, "indices": self.indices}
+        if self.bias is not None:
+            own["bias"] = self.bias
+        extra_key = prefix + "_extra_state"
+        if extra_key in state_dict:
+            problem = self._check_extra_state(state_dict[extra_key], extra_key)
+            if problem:
+                return [problem], None
+        # A key that is missing is left as it is and reported by load_state_dict (nn.Module
+        # passes strict=True here whatever the caller's strict; see load_state_dict below).
+        incoming = {name: state_dict[prefix + name] for name in own if prefix + name in state_dict}
+        errors = []
+        for name, t in incoming.items():
+            key = prefix + name
+            if not isinstance(t, torch.Tensor):
+                errors.append(f"nmspmm: {key} must be a tensor, got {type(t).__name__}")
+                continue
+            if tuple(t.shape) != tuple(own[name].shape):
+                errors.append(f"nmspmm: {key} must have shape {list(own[name].shape)} for "
+                              f"[{self.out_features}, {self.in_features}] {mine}, got {list(t.shape)}")
+            if name == "indices" and t.dtype != torch.uint8:
+                errors.append(f"nmspmm: {key} must be uint8, got {t.dtype} (indices are not cast)")
+            if name != "indices" and not t.is_floating_point():
+                errors.append(f"nmspmm: {key} must be a floating tensor, got {t.dtype} (not cast)")
+        if errors:
+            return errors, None
+        # The devices after the load (assign moves the incoming tensors in as they are).
+        final = {name: (incoming[name].device if assign and name in incoming else t.device)
+                 for name, t in own.items()}
+        if len(set(final.values())) > 1:
+            return [f"nmspmm: {prefix or 'NMLinear'}: the load would leave values, indices and bias on "
+                    f"different devices ({', '.join(f'{k} on {v}' for k, v in final.items())})"], None
+        if "indices" not in incoming:
+            return [], None
+        idx = incoming["indices"].detach().to(final["indices"])
+        try:
+            # Checks every index < M and strictly ascending; its result is the new metadata.
+            return [], ops.col_info(idx, self.N, self.M, self.L)
+        except RuntimeError as e:
+            return [f"nmspmm: {prefix}indices: {e}"], None
+
+    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
+        """``nn.Module.load_state_dict``, with the layer's checks (``_load_from_state_dict``); a
+        strict load into this layer that misses a key is refused before anything is copied."""
+        if strict:
+            keys = ["values", "indices"] + (["bias"] if self.bias is not None else [])
+            meta = getattr(state_dict, "_metadata", {}) or {}
+            if _PATTERN_KEY not in meta.get("", {}):  # a torch.save from before _extra_state
+                keys.append("_extra_state")
+            missing = [k for k in keys if k not in state_dict]
+            if missing:
+                raise RuntimeError(f"Error(s) in loading state_dict for NMLinear:\n\tMissing key(s) in "
+                                   f"state_dict: {', '.join(repr(k) for k in missing)} (nothing was loaded)")
+        return super().load_state_dict(state_dict, strict=strict, assign=assign)
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
+                              unexpected_keys, error_msgs):
+        # Atomic: every check runs before anything is copied, so a refused load leaves the layer
+        # (values, indices, bias and the packing metadata) exactly as it was.
+        errors, metadata = self._check_incoming(state_dict, prefix, local_metadata)
+        if errors:
+            error_msgs.extend(errors)
             return
-        n_errors = len(error_msgs)
+        n_errors, n_missing = len(error_msgs), len(missing_keys)
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys,
                                       unexpected_keys, error_msgs)
-        if len(error_msgs) == n_errors:
+        # A checkpoint from before _extra_state that records its pattern in the metadata (checked
+        # above) is complete.
+        extra_key = prefix + "_extra_state"
+        if local_metadata.get(_PATTERN_KEY) is not None and extra_key in missing_keys[n_missing:]:
+            missing_keys.remove(extra_key)
+        if len(error_msgs) == n_errors and metadata is not None:
+            self.col_info, self.packed_indices = metadata
+        elif len(error_msgs) == n_errors:
             self.rebuild_metadata()
 
     def _apply(self, fn, recurse=True):
@@ -199,13 +325,18 @@ class NMLinear(nn.Module):
                 buffers["col_info"], buffers["packed_indices"])
         if x.dtype == values.dtype:
             return _spmm(x, values, *args)
+        if not isinstance(x, torch.Tensor) or not x.is_floating_point():
+            raise TypeError(f"nmspmm.NMLinear: x must be a floating tensor (float32, float16 or "
+                            f"bfloat16), got {getattr(x, 'dtype', type(x).__name__)}; integer, bool "
+                            f"and complex inputs are not cast")
         return _spmm(x.to(values.dtype), values, *args).to(x.dtype)
 
     @property
     def packed(self) -> NMWeight:
         """The layer's weight as an :class:`NMWeight` (shares storage with the buffers)."""
-        return NMWeight(self.values, self.indices, self.N, self.M, self.L,
-                        (self.out_features, self.in_features), self.col_info, self.packed_indices)
+        return _trusted(NMWeight, values=self.values, indices=self.indices, N=self.N, M=self.M,
+                        L=self.L, shape=(self.out_features, self.in_features), col_info=self.col_info,
+                        packed_indices=self.packed_indices)
 
     @torch.no_grad()
     def to_dense(self) -> torch.Tensor:

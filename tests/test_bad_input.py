@@ -289,22 +289,25 @@ def test_prune_non_finite_weight(bad, device):
         ops.prune(w.half(), 2, 4, 16)
 
 
-def test_indices_out_of_range_cpu():
-    # Checked on the CPU (the CUDA ops do not read indices on the host: no sync in the op).
-    _, _, values, indices = _packed("cpu")
+def test_indices_out_of_range(device):
+    # decompress and col_info check the data on every device (on CUDA: one device check, one
+    # synchronization); the CPU spmm checks it per call (the CUDA spmm does not: its kernels mask
+    # every index into its window, see docs/format.md).
+    _, _, values, indices = _packed(device)
     bad = indices.clone()
     bad[5, 1] = 7
     with raises(r"nmspmm.decompress: indices holds 7 >= M=4"):
         ops.decompress(values, bad, 2, 4, 16)
     with raises(r"nmspmm.col_info: indices holds 7 >= M=4"):
         ops.col_info(bad, 2, 4, 16)
-    with raises(r"indices holds 7 >= M=4"):
-        ops.spmm(torch.randn(3, 64), values, bad, 2, 4, 16)
+    if device.type == "cpu":
+        with raises(r"indices holds 7 >= M=4"):
+            ops.spmm(torch.randn(3, 64), values, bad, 2, 4, 16)
 
 
 @pytest.mark.parametrize("kind", ["duplicate", "descending"])
-def test_indices_not_ascending_cpu(kind):
-    _, _, values, indices = _packed("cpu")
+def test_indices_not_ascending(kind, device):
+    _, _, values, indices = _packed(device)
     bad = indices.clone()
     if kind == "duplicate":
         bad[1, 0] = bad[0, 0]
@@ -315,8 +318,9 @@ def test_indices_not_ascending_cpu(kind):
         ops.decompress(values, bad, 2, 4, 16)
     with raises(r"nmspmm.col_info: indices must be strictly ascending"):
         ops.col_info(bad, 2, 4, 16)
-    with raises(r"indices must be strictly ascending"):
-        ops.spmm(torch.randn(3, 64), values, bad, 2, 4, 16)
+    if device.type == "cpu":
+        with raises(r"indices must be strictly ascending"):
+            ops.spmm(torch.randn(3, 64), values, bad, 2, 4, 16)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -492,3 +496,359 @@ def test_device_mismatch_mask():
     w, mask, _, _ = _packed("cuda")
     with raises(r"nmspmm.compress: mask is on cpu but weight is on cuda:0"):
         ops.compress(w, mask.cpu(), 2, 4, 16)
+
+
+# ----------------------------------------------------------------------------------------------
+# where weights enter: NMWeight from user tensors, spmm's packing metadata
+
+
+def _corrupt(indices, kind):
+    bad = indices.clone()
+    if kind == "out_of_range":
+        bad[3, 1] = 200
+    elif kind == "duplicate":
+        bad[1, 0] = bad[0, 0]
+    else:  # descending
+        bad[0, 0], bad[1, 0] = indices[1, 0], indices[0, 0]
+    return bad
+
+
+@pytest.mark.parametrize("kind", ["out_of_range", "duplicate", "descending"])
+def test_nmweight_validates_index_data(kind, device):
+    _, _, values, indices = _packed(device)
+    msg = r">= M=4" if kind == "out_of_range" else r"strictly ascending"
+    with raises(msg):
+        nmspmm.NMWeight(values, _corrupt(indices, kind), 2, 4, 16, (32, 64))
+    nmspmm.NMWeight(values, indices, 2, 4, 16, (32, 64))  # the clean one is accepted
+
+
+def test_nmweight_refuses_stale_packing_metadata(device):
+    _, _, values, indices = _packed(device)
+    cols, packed = ops.col_info(indices, 2, 4, 16)
+    other = ops.col_info(_packed(device)[3], 2, 4, 16)
+    # A fresh random weight has another used-column list somewhere (64 inputs, 2 of 4 kept).
+    if not torch.equal(other[0], cols):
+        with pytest.raises(ValueError, match=r"NMWeight: col_info does not match indices"):
+            nmspmm.NMWeight(values, indices, 2, 4, 16, (32, 64), other[0], packed)
+    stale = packed.clone()
+    stale[0, 0] ^= 1
+    with pytest.raises(ValueError, match=r"NMWeight: packed_indices does not match indices"):
+        nmspmm.NMWeight(values, indices, 2, 4, 16, (32, 64), cols, stale)
+    with pytest.raises(ValueError, match=r"col_info and packed_indices must be given together"):
+        nmspmm.NMWeight(values, indices, 2, 4, 16, (32, 64), cols, None)
+    w = nmspmm.NMWeight(values, indices, 2, 4, 16, (32, 64), cols, packed)
+    assert w.col_info is cols
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.float32, torch.bool])
+def test_nmweight_indices_wrong_dtype_not_cast(dtype):
+    _, _, values, indices = _packed("cpu")
+    with pytest.raises(TypeError, match=r"NMWeight: indices must be uint8, got torch\.(int64|int32|float32|bool)"):
+        nmspmm.NMWeight(values, indices.to(dtype), 2, 4, 16, (32, 64))
+
+
+def test_nmweight_refuses_bad_fields():
+    _, _, values, indices = _packed("cpu")
+    with pytest.raises(TypeError, match=r"NMWeight: values must be float32, float16 or bfloat16, got torch.int32"):
+        nmspmm.NMWeight(values.int(), indices, 2, 4, 16, (32, 64))
+    with pytest.raises(ValueError, match=r"NMWeight: values must have shape \[32, 32\]"):
+        nmspmm.NMWeight(values[:, :16], indices, 2, 4, 16, (32, 64))
+    with pytest.raises(ValueError, match=r"NMWeight: indices must have shape \[32, 2\]"):
+        nmspmm.NMWeight(values, indices[:, :1], 2, 4, 16, (32, 64))
+    with pytest.raises(ValueError, match=r"NMWeight: shape must be \(out_features, in_features\)"):
+        nmspmm.NMWeight(values, indices, 2, 4, 16, (32, -64))
+    with pytest.raises(ValueError, match=r"NMWeight: M must be a power of two"):
+        nmspmm.NMWeight(values, indices, 2, 3, 16, (32, 64))
+    with pytest.raises(TypeError, match=r"NMWeight: values must be a torch.Tensor"):
+        nmspmm.NMWeight([1.0], indices, 2, 4, 16, (32, 64))
+    with pytest.raises(ValueError, match=r"NMWeight: indices is on meta but values is on cpu"):
+        nmspmm.NMWeight(values, indices.to("meta"), 2, 4, 16, (32, 64))
+
+
+def test_cpu_spmm_refuses_stale_packing_metadata():
+    _, _, values, indices = _packed("cpu")
+    cols, packed = ops.col_info(indices, 2, 4, 16)
+    stale = packed.clone()
+    stale[0, 0] ^= 1
+    x = torch.randn(3, 64)
+    with raises(r"nmspmm.spmm: packed_indices does not match indices"):
+        ops.spmm(x, values, indices, 2, 4, 16, None, cols, stale)
+    with raises(r"nmspmm.spmm: packed_indices does not match indices"):
+        ops.spmm_with_plan(x, values, indices, 2, 4, 16, None, cols, stale, 0, 1)
+    bad_cols = cols.clone()
+    bad_cols[0, 0, 0] = 250
+    with raises(r"nmspmm.spmm: col_info does not match indices"):
+        ops.spmm(x, values, indices, 2, 4, 16, None, bad_cols, packed)
+
+
+# ----------------------------------------------------------------------------------------------
+# fake (meta) kernels: the checks of the real ones, before any kernel
+
+
+def test_fake_kernels_refuse_mixed_devices():
+    w, mask, values, indices = _packed("cpu")
+    x = torch.randn(2, 64)
+    meta = torch.device("meta")
+    with raises(r"nmspmm.spmm: indices is on meta but values is on cpu"):
+        ops.spmm(x, values, indices.to(meta), 2, 4, 16)
+    with raises(r"nmspmm.spmm: values is on meta but x is on cpu|x is on cpu but the packed weight is on meta"):
+        ops.spmm(x, values.to(meta), indices.to(meta), 2, 4, 16)
+    with raises(r"nmspmm.spmm: (x is on meta but|values is on cpu but x is on meta|indices is on cpu)"):
+        ops.spmm(x.to(meta), values, indices, 2, 4, 16)
+    with raises(r"nmspmm.spmm: bias is on meta but x is on cpu"):
+        ops.spmm(x, values, indices, 2, 4, 16, torch.zeros(32, device=meta))
+    cols, packed = ops.col_info(indices, 2, 4, 16)
+    with raises(r"nmspmm.spmm: col_info is on meta but indices is on cpu"):
+        ops.spmm(x, values, indices, 2, 4, 16, None, cols.to(meta), packed)
+    with raises(r"nmspmm.spmm_with_plan: indices is on meta but values is on cpu"):
+        ops.spmm_with_plan(x, values, indices.to(meta), 2, 4, 16, None, None, None, 0, 1)
+    with raises(r"nmspmm.compress: mask is on meta but weight is on cpu"):
+        ops.compress(w, mask.to(meta), 2, 4, 16)
+    with raises(r"nmspmm.decompress: indices is on meta but values is on cpu"):
+        ops.decompress(values, indices.to(meta), 2, 4, 16)
+
+
+def test_fake_kernels_check_shapes_and_patterns():
+    with torch.device("meta"):
+        x = torch.empty(2, 64)
+        values = torch.empty(32, 32)
+        indices = torch.empty(32, 2, dtype=torch.uint8)
+        w = torch.empty(32, 64)
+        mask = torch.empty(32, 64, dtype=torch.bool)
+        with raises(r"x.shape\[-1\]=63 does not match the packed weight's in_features=64"):
+            ops.spmm(torch.empty(2, 63), values, indices, 2, 4, 16)
+        with raises(r"M must be a power of two in \[2, 64\], got M=3"):
+            ops.spmm(x, values, indices, 2, 3, 16)
+        with raises(r"bias must have shape \[32\], got \(99,\)"):
+            ops.spmm(x, values, indices, 2, 4, 16, torch.empty(99))
+        with raises(r"bias has dtype torch.float16 but x has dtype torch.float32"):
+            ops.spmm(x, values, indices, 2, 4, 16, torch.empty(32, dtype=torch.float16))
+        with raises(r"indices must have shape \[32, 2\]"):
+            ops.spmm(x, values, torch.empty(32, 4, dtype=torch.uint8), 2, 4, 16)
+        with raises(r"indices must be uint8, got torch.int64"):
+            ops.spmm(x, values, indices.long(), 2, 4, 16)
+        with raises(r"x must be float32, float16 or bfloat16, got torch.int64"):
+            ops.spmm(x.long(), values, indices, 2, 4, 16)
+        with raises(r"N must satisfy 1 <= N <= M, got N=5, M=4"):
+            ops.decompress(values, indices, 5, 4, 16)
+        with raises(r"col_info must be uint8 of shape \[1, 1, 64\]"):
+            ops.spmm(x, values, indices, 2, 4, 16, None, torch.empty(1, 2, 64, dtype=torch.uint8),
+                     torch.empty(32, 2, dtype=torch.uint8))
+        with raises(r"weight in_features \(63\) must be divisible by M=4"):
+            ops.prune(torch.empty(32, 63), 2, 4, 16)
+        with raises(r"mask shape \(32, 60\) must equal weight shape \(32, 64\)"):
+            ops.compress(w, torch.empty(32, 60, dtype=torch.bool), 2, 4, 16)
+        with raises(r"nmspmm.col_info: indices.size\(0\)=33 is not a multiple of N=2"):
+            ops.col_info(torch.empty(33, 2, dtype=torch.uint8), 2, 4, 16)
+        assert ops.spmm(x, values, indices, 2, 4, 16).shape == (2, 32)
+        assert ops.compress(w, mask, 2, 4, 16)[1].shape == (32, 2)
+
+
+def test_meta_layer_refuses_cpu_input():
+    layer = nmspmm.NMLinear(64, 32, 2, 4, 16, device="meta")
+    with raises(r"is on (cpu|meta) but"):
+        layer(torch.randn(2, 64))
+
+
+# ----------------------------------------------------------------------------------------------
+# NMLinear: inputs, construction, atomic self-describing loads
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.bool, torch.complex64])
+def test_nmlinear_refuses_non_float_input(dtype):
+    layer = nmspmm.NMLinear(64, 32, 2, 4, 16)
+    x = torch.ones(2, 64, dtype=dtype)
+    with pytest.raises(RuntimeError):  # what nn.Linear does with the same input
+        torch.nn.Linear(64, 32)(x)
+    with pytest.raises(TypeError, match=r"NMLinear: x must be a floating tensor .* got torch\.(int64|int32|bool|complex64)"):
+        layer(x)
+
+
+@pytest.mark.parametrize("bad,match", [(-32, r"in_features must be >= 0, got -32"),
+                                       (32.0, r"in_features must be an int, got float")])
+def test_nmlinear_bad_features(bad, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        nmspmm.NMLinear(bad, 64, 2, 4, 1)
+    with pytest.raises((ValueError, TypeError), match=match.replace("in_features", "out_features")):
+        nmspmm.NMLinear(64, bad, 2, 4, 1)
+
+
+def test_nmlinear_zero_in_features_and_zero_rows(device):
+    # nn.Linear semantics: in = 0 gives the bias; m = 0 gives an empty output.
+    layer = nmspmm.NMLinear(0, 32, 2, 4, 16, device=device)
+    with torch.no_grad():
+        layer.bias.copy_(torch.randn(32))
+    y = layer(torch.randn(3, 5, 0, device=device))
+    assert y.shape == (3, 5, 32)
+    assert torch.equal(y, layer.bias.detach().expand(3, 5, 32))
+    layer = nmspmm.NMLinear(64, 32, 2, 4, 16, device=device)
+    assert layer(torch.randn(0, 64, device=device)).shape == (0, 32)
+    assert layer(torch.randn(2, 0, 64, device=device)).shape == (2, 0, 32)
+
+
+def _snapshot(layer):
+    return {k: (t, t.clone()) for k, t in
+            [("values", layer.values), ("indices", layer.indices), ("bias", layer.bias),
+             ("col_info", layer.col_info), ("packed_indices", layer.packed_indices)]}
+
+
+def _assert_unchanged(layer, snap):
+    now = {"values": layer.values, "indices": layer.indices, "bias": layer.bias,
+           "col_info": layer.col_info, "packed_indices": layer.packed_indices}
+    for k, (obj, copy) in snap.items():
+        assert now[k] is obj, f"{k} was replaced"
+        assert torch.equal(now[k], copy), f"{k} was modified"
+
+
+def _bad_state_dicts():
+    """(name, function(sd) -> corrupted sd, message) of checkpoints NMLinear(64, 32, 2, 4, 1) refuses."""
+    def edit(**kw):
+        def f(sd):
+            sd = dict(sd)
+            for k, v in kw.items():
+                if v is None:
+                    del sd[k]
+                else:
+                    sd[k] = v(sd[k]) if callable(v) else v
+            return sd
+        return f
+
+    def ascending(t):
+        t = t.clone()
+        t[1, 0] = t[0, 0]
+        return t
+
+    def extra(*vals):
+        return torch.tensor(vals, dtype=torch.int64)
+    return [
+        ("indices_out_of_range", edit(indices=lambda t: torch.full_like(t, 200)), r"indices holds 200 >= M=4"),
+        ("indices_duplicate", edit(indices=ascending), r"strictly ascending"),
+        ("indices_int64", edit(indices=lambda t: t.long()), r"indices must be uint8, got torch.int64"),
+        ("indices_float", edit(indices=lambda t: t.float()), r"indices must be uint8, got torch.float32"),
+        ("values_int", edit(values=lambda t: t.int()), r"values must be a floating tensor, got torch.int32"),
+        ("bias_shape", edit(bias=lambda t: t[:16]), r"bias must have shape \[32\]"),
+        ("values_shape", edit(values=lambda t: t[:16]), r"values must have shape \[32, 32\]"),
+        ("pattern", edit(_extra_state=extra(1, 4, 8, 1, 64, 32)), r"_extra_state: the checkpoint has N=4 but this layer has N=2"),
+        ("L", edit(_extra_state=extra(1, 2, 4, 2, 64, 32)), r"the checkpoint has L=2 but this layer has L=1"),
+        ("features", edit(_extra_state=extra(1, 2, 4, 1, 64, 64)), r"the checkpoint has out_features=64"),
+        ("version", edit(_extra_state=extra(2, 2, 4, 1, 64, 32)), r"_extra_state: format_version 2 is not supported"),
+        ("extra_dtype", edit(_extra_state=lambda t: t.float()), r"_extra_state must be an int64 tensor"),
+        ("extra_length", edit(_extra_state=extra(1, 2, 4)), r"_extra_state must be an int64 tensor"),
+        ("missing_indices", edit(indices=None), r"Missing key\(s\) in state_dict: 'indices'"),
+        ("missing_extra_state", edit(_extra_state=None), r"Missing key\(s\) in state_dict: '_extra_state'"),
+    ]
+
+
+@pytest.mark.parametrize("name,corrupt,match", _bad_state_dicts(), ids=[c[0] for c in _bad_state_dicts()])
+def test_refused_load_leaves_layer_unchanged(name, corrupt, match, device):
+    src = nmspmm.NMLinear.from_dense(torch.nn.Linear(64, 32), 2, 4, 1)
+    sd = corrupt(src.state_dict())
+    dst = nmspmm.NMLinear.from_dense(torch.nn.Linear(64, 32).to(device), 2, 4, 1)
+    snap = _snapshot(dst)
+    with raises(match):
+        dst.load_state_dict(sd)
+    _assert_unchanged(dst, snap)
+
+
+def test_load_same_shapes_other_pattern_refused():
+    # 4:8 and 2:4 (L = 1) have the same buffer shapes: only the recorded pattern tells them apart.
+    src = nmspmm.NMLinear.from_dense(torch.nn.Linear(64, 32), 4, 8, 1)
+    dst = nmspmm.NMLinear(64, 32, 2, 4, 1)
+    assert all(src.state_dict()[k].shape == dst.state_dict()[k].shape for k in ("values", "indices"))
+    snap = _snapshot(dst)
+    with raises(r"_extra_state: the checkpoint has N=4 but this layer has N=2"):
+        dst.load_state_dict(dict(src.state_dict()))  # dict(): no torch.save metadata
+    _assert_unchanged(dst, snap)
+
+
+def test_load_assign_refuses_mixed_devices():
+    src = nmspmm.NMLinear.from_dense(torch.nn.Linear(64, 32), 2, 4, 1)
+    dst = nmspmm.NMLinear(64, 32, 2, 4, 1, device="meta")
+    snap_ids = (dst.values, dst.indices, dst.bias)
+    partial = {"values": src.values, "_extra_state": src.get_extra_state()}
+    with raises(r"the load would leave values, indices and bias on different devices"):
+        dst.load_state_dict(partial, strict=False, assign=True)
+    assert (dst.values, dst.indices, dst.bias) == snap_ids
+    dst.load_state_dict(src.state_dict(), assign=True)  # the whole checkpoint is fine
+    x = torch.randn(2, 64)
+    assert torch.equal(dst(x), src(x))
+
+
+# ----------------------------------------------------------------------------------------------
+# one semantics on every device: a NaN or Inf at a pruned position of x is not read
+
+
+def _gather_ref64(x, values, indices, N, M, L):
+    """fp64 reference that reads only the kept positions (no 0 * NaN)."""
+    w, out = values.shape
+    cols = (torch.arange(w) // N * M)[:, None] + indices.cpu().long().repeat_interleave(L, dim=1)
+    x2 = x.cpu().double().reshape(-1, x.shape[-1])
+    return (x2[:, cols] * values.cpu().double()).sum(1)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_non_finite_at_pruned_position_is_not_read(bad, device):
+    N, M, L = 2, 8, 16
+    w = torch.randn(64, 128)
+    values, indices = ops.compress(w, ops.prune(w, N, M, L), N, M, L)
+    dense = ops.decompress(values, indices, N, M, L)
+    x = torch.randn(5, 128)
+    # Column 3 pruned for vector 0 and kept for another one, if any: poison it in rows 1 and 3.
+    x[1, 3] = bad
+    x[3, 3] = bad
+    x[3, 100] = bad
+    ref = _gather_ref64(x, values, indices, N, M, L)
+    y = ops.spmm(x.to(device), values.to(device), indices.to(device), N, M, L).cpu()
+    assert torch.equal(torch.isnan(y), torch.isnan(ref)) and torch.equal(torch.isinf(y), torch.isinf(ref))
+    fin = torch.isfinite(ref)
+    torch.testing.assert_close(y.double()[fin], ref[fin], rtol=1e-5, atol=1e-4)
+    # Outputs whose weight prunes column 3 are finite in row 1.
+    pruned = dense[:, 3] == 0
+    assert torch.isfinite(y[1, pruned]).all() and pruned.any()
+
+
+# ----------------------------------------------------------------------------------------------
+# GPU limits and masking (needs a GPU)
+
+
+@pytest.mark.cuda
+def test_generic_kernel_any_m():
+    # The generic kernel's grid covers 4 rows per block in y (at most 65535): m >= 262,141 loops.
+    m, N, M, L = 262_144 + 7, 2, 4, 1
+    w = torch.randn(16, 64)
+    values, indices = ops.compress(w, ops.prune(w, N, M, L), N, M, L)
+    x = torch.randn(m, 64)
+    dense = ops.decompress(values, indices, N, M, L)
+    ref = x.double() @ dense.double().t()
+    y = ops.spmm_with_plan(x.cuda(), values.cuda(), indices.cuda(), N, M, L, None, None, None, 0, 1)
+    torch.testing.assert_close(y.cpu().double(), ref, rtol=1e-4, atol=1e-4)
+    y = ops.spmm(x.cuda(), values.cuda(), indices.cuda(), N, M, L)  # the heuristic's plan
+    torch.testing.assert_close(y.cpu().double(), ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("m", [1, 3, 16, 64, 300])
+def test_corrupted_index_is_masked_into_its_window(m):
+    # Unchecked data reaches the kernels only through the raw op: every kernel reads index byte b
+    # as b & (M - 1), inside its window (docs/format.md). fp64 reference of that reading.
+    N, M, L = 8, 32, 32
+    w = torch.randn(256, 512)
+    values, indices = ops.compress(w, ops.prune(w, N, M, L), N, M, L)
+    bad = indices.clone()
+    bad[::7, ::3] = 250
+    bad[5, 1] = 255
+    masked = bad & (M - 1)
+    x = torch.randn(m, 512)
+    ref = _gather_ref64(x, values, masked, N, M, L)
+    ran = 0
+    for kernel in range(64):
+        try:
+            y = ops.spmm_with_plan(x.cuda(), values.cuda(), bad.cuda(), N, M, L, None, None, None, kernel, 1)
+        except RuntimeError as e:
+            if "unknown kernel" in str(e):
+                break
+            continue  # a plan this shape cannot run
+        torch.cuda.synchronize()
+        torch.testing.assert_close(y.cpu().double(), ref, rtol=1e-4, atol=1e-3, msg=f"kernel {kernel}")
+        ran += 1
+    assert ran >= 2

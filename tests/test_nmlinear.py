@@ -54,7 +54,8 @@ def test_empty_layer_shapes(N, M, L):
     assert torch.equal(layer(torch.randn(3, IN)), torch.zeros(3, OUT))
     assert [n for n, _ in layer.named_parameters()] == ["bias"]
     assert sorted(n for n, _ in layer.named_buffers()) == ["col_info", "indices", "packed_indices", "values"]
-    assert list(layer.state_dict()) == ["bias", "values", "indices"]
+    assert list(layer.state_dict()) == ["bias", "values", "indices", "_extra_state"]
+    assert layer.state_dict()["_extra_state"].tolist() == [1, N, M, L, IN, OUT]
     r = repr(layer)
     assert f"in_features={IN}, out_features={OUT}, N={N}, M={M}, L={L}, bias=True" in r
 
@@ -177,8 +178,8 @@ def test_state_dict_roundtrip_into_empty_layer():
     N, M, L = 16, 32, 32
     layer = NMLinear.from_dense(make_linear(), N, M, L)
     sd = layer.state_dict()
-    assert set(sd) == {"values", "indices", "bias"}
-    assert sum(nbytes(t) for t in sd.values()) == layer.weight_nbytes
+    assert set(sd) == {"values", "indices", "bias", "_extra_state"}
+    assert sum(nbytes(t) for k, t in sd.items() if k != "_extra_state") == layer.weight_nbytes
     buf = io.BytesIO()
     torch.save(sd, buf)
     buf.seek(0)
@@ -203,7 +204,7 @@ def test_safetensors_roundtrip(tmp_path):
     with safetensors.safe_open(str(path), framework="pt") as f:
         meta = f.metadata()
         keys = set(f.keys())
-    assert keys == {"q_proj.values", "q_proj.indices"}
+    assert keys == {"q_proj.values", "q_proj.indices", "q_proj._extra_state"}
     assert (meta["N"], meta["M"], meta["L"]) == ("2", "8", "16") and meta["nmspmm_format"] == "1"
     fresh = nn.Sequential()
     fresh.add_module("q_proj", NMLinear(IN, OUT, int(meta["N"]), int(meta["M"]), int(meta["L"]), bias=False))
@@ -219,9 +220,15 @@ def test_load_checks_pattern_and_indices():
     # Same buffer shapes as 2:4 but another pattern: refused thanks to the recorded pattern.
     with pytest.raises(RuntimeError, match="saved with N:M:L=2:4:1"):
         NMLinear(IN, OUT, 4, 8, 1).load_state_dict(sd)
-    # Shape mismatch (another L) is refused by nn.Module itself.
-    with pytest.raises(RuntimeError, match="size mismatch"):
+    # ... also without torch.save's metadata (safetensors): by _extra_state.
+    with pytest.raises(RuntimeError, match="_extra_state: the checkpoint has N=2 but this layer has N=4"):
+        NMLinear(IN, OUT, 4, 8, 1).load_state_dict(dict(sd))
+    # Shape mismatch (another L): refused, naming the field.
+    with pytest.raises(RuntimeError, match="the checkpoint has L=1 but this layer has L=2"):
         NMLinear(IN, OUT, 2, 4, 2).load_state_dict(dict(sd))
+    no_extra = {k: v for k, v in sd.items() if k != "_extra_state"}
+    with pytest.raises(RuntimeError, match=r"nmspmm: indices must have shape \[128, 128\]"):
+        NMLinear(IN, OUT, 2, 4, 2).load_state_dict(no_extra, strict=False)
     # Out-of-range indices are refused when the metadata is rebuilt.
     bad = dict(sd)
     bad["indices"] = torch.full_like(sd["indices"], 7)
@@ -355,7 +362,7 @@ def test_sparsify_compressed_bytes_exact():
     assert q.weight_nbytes == 128 * 256 * 4 + 128 * 8
     assert k.weight_nbytes == 128 * 128 * 4 + 128 * 4 + 128 * 4
     for layer in (q, k):
-        sd_bytes = sum(nbytes(t) for t in layer.state_dict().values())
+        sd_bytes = sum(nbytes(t) for k, t in layer.state_dict().items() if k != "_extra_state")
         assert sd_bytes == layer.weight_nbytes
         held = sum(nbytes(t) for t in list(layer.parameters()) + list(layer.buffers()))
         # Held in memory: that plus the derived packing metadata (col_info + packed_indices).

@@ -184,6 +184,19 @@ std::tuple<at::Tensor, at::Tensor> col_info_cpu(const at::Tensor& indices, int64
   return {cols, packed};
 }
 
+// The packing metadata must be what col_info computes from these indices: the packing kernels
+// trust it (they clamp every entry to its k-block, so a stale one cannot read outside their
+// arrays, but it would compute a wrong result).
+static void check_col_info_data(const at::Tensor& col_info, const at::Tensor& packed_indices,
+                                const at::Tensor& indices, int64_t N, int64_t M, int64_t L,
+                                const char* op) {
+  const auto expected = col_info_cpu(indices, N, M, L);
+  TORCH_CHECK(at::equal(col_info, std::get<0>(expected)), "nmspmm.", op,
+              ": col_info does not match indices (rebuild it with nmspmm.col_info(indices, N, M, L))");
+  TORCH_CHECK(at::equal(packed_indices, std::get<1>(expected)), "nmspmm.", op,
+              ": packed_indices does not match indices (rebuild it with nmspmm.col_info(indices, N, M, L))");
+}
+
 at::Tensor spmm_cpu(const at::Tensor& x, const at::Tensor& values, const at::Tensor& indices,
                     int64_t N, int64_t M, int64_t L, const std::optional<at::Tensor>& bias,
                     const std::optional<at::Tensor>& col_info,
@@ -192,12 +205,30 @@ at::Tensor spmm_cpu(const at::Tensor& x, const at::Tensor& values, const at::Ten
   check_spmm_inputs(x, values, bias, in);
   TORCH_CHECK(col_info.has_value() == packed_indices.has_value(),
               "nmspmm.spmm: col_info and packed_indices must be given together");
-  if (col_info.has_value())
+  if (col_info.has_value()) {
     check_col_info(*col_info, *packed_indices, indices, N, M, in, values.size(1));
-  const int64_t out = values.size(1);
-  // Reference: dense fp32 matmul with the decompressed weight.
+    check_col_info_data(*col_info, *packed_indices, indices, N, M, L, "spmm");
+  }
+  const int64_t out = values.size(1), m = spmm_rows(x);
+  if (in == 0) return spmm_no_inputs(x, out, bias).reshape(spmm_out_shape(x, out));
+  // Reference: dense fp32 matmul with the decompressed weight (decompress checks the indices).
   const auto dense = decompress_cpu(values.to(at::kFloat), indices, N, M, L);
-  auto y = at::matmul(x.reshape({-1, in}).to(at::kFloat), dense.t());
+  const auto x2 = x.reshape({m, in}).to(at::kFloat);
+  auto y = at::matmul(x2, dense.t());
+  // Pruned positions of x are never read (the CUDA kernels gather the kept inputs only), so a NaN
+  // or Inf there must not reach y; the dense product above multiplies it by a zero. Rows of x with
+  // a non-finite value are recomputed from their kept inputs only.
+  const auto bad_rows = at::isfinite(x2).all(1).logical_not().nonzero().flatten();
+  if (bad_rows.numel() > 0) {
+    const int64_t w_rows = values.size(0);
+    // cols[u, j] = window(u) * M + indices[u, j / L]: the x column that weight (u, j) multiplies.
+    const auto window_base = at::arange(w_rows, x2.options().dtype(at::kLong)).div(N, "floor").mul(M);
+    const auto cols = indices.to(at::kLong).repeat_interleave(L, 1).add(window_base.unsqueeze(1));
+    const auto vals = values.to(at::kFloat);
+    const auto* rp = bad_rows.data_ptr<int64_t>();
+    for (int64_t e = 0; e < bad_rows.numel(); ++e)
+      y.select(0, rp[e]).copy_(at::take(x2.select(0, rp[e]), cols).mul(vals).sum(0));
+  }
   if (bias.has_value()) y.add_(bias->to(at::kFloat));
   return y.to(x.scalar_type()).reshape(spmm_out_shape(x, out));
 }
@@ -212,7 +243,7 @@ at::Tensor spmm_with_plan_cpu(const at::Tensor& x, const at::Tensor& values,
   // refuses (same rules, checks.h), so a test that passes here runs there.
   const int64_t in = check_compressed(values, indices, N, M, L);
   check_spmm_inputs(x, values, bias, in);
-  check_plan(kernel, split_k, in > 0 ? x.numel() / in : 0, N, M, L, col_info.has_value());
+  check_plan(kernel, split_k, spmm_rows(x), N, M, L, col_info.has_value());
   return spmm_cpu(x, values, indices, N, M, L, bias, col_info, packed_indices);
 }
 

@@ -6,7 +6,7 @@
 // Synchronization: each op reads one small device error word back to the host after its
 // kernels (one stream synchronization per call), because the data errors the CPU reference
 // reports (NaN/Inf in prune's weight, a mask that is not N:M in compress, indices >= M in
-// decompress and col_info) can only be seen on the device. These are one-time preprocessing
+// decompress and col_info, or not strictly ascending) can only be seen on the device. These are one-time preprocessing
 // ops, so they are not CUDA-graph capturable; nothing on the SpMM path calls them (except
 // decompress in spmm's backward). Empty inputs return without launching or synchronizing.
 #include <c10/cuda/CUDAGuard.h>
@@ -40,6 +40,17 @@ kernels::WeightType weight_type(at::ScalarType t) {
 // A one-element int64 error word on `like`'s device, holding "no error".
 at::Tensor error_word(const at::Tensor& like) {
   return at::full({1}, kernels::kNoError, like.options().dtype(at::kLong));
+}
+
+// Reports the first bad index from an error word of decompress or col_info: (i << 8) | indices[i].
+void check_index_error(int64_t first_bad, const char* op, int64_t vectors, int64_t M) {
+  if (first_bad == kernels::kNoError) return;
+  const int64_t i = first_bad >> 8, idx = first_bad & 0xFF;
+  TORCH_CHECK(idx < M, "nmspmm.", op, ": indices holds ", idx, " >= M=", M, " (row ", i / vectors,
+              " column ", i % vectors, ")");
+  TORCH_CHECK(false, "nmspmm.", op,
+              ": indices must be strictly ascending within each (window, vector): row ", i / vectors,
+              " column ", i % vectors, " holds ", idx, " after a larger or equal index");
 }
 
 at::Tensor prune_cuda(const at::Tensor& weight, int64_t N, int64_t M, int64_t L) {
@@ -109,10 +120,8 @@ at::Tensor decompress_cuda(const at::Tensor& values, const at::Tensor& indices, 
                                           static_cast<int>(M), static_cast<int>(L),
                                           c10::cuda::getCurrentCUDAStream()),
                "decompress", values);
-  // The one synchronization: (i << 8) | indices[i] for the first index >= M, if any.
-  const int64_t first_bad = bad.item<int64_t>();
-  TORCH_CHECK(first_bad == kernels::kNoError, "nmspmm.decompress: indices holds ",
-              static_cast<int>(first_bad & 0xFF), " >= M=", M);
+  // The one synchronization: the first index out of range or out of order, if any.
+  check_index_error(bad.item<int64_t>(), "decompress", indices.size(1), M);
   return dense;
 }
 
@@ -141,10 +150,8 @@ std::tuple<at::Tensor, at::Tensor> col_info_cuda(const at::Tensor& indices, int6
                                         w_rows, vectors, static_cast<int>(N), static_cast<int>(M),
                                         static_cast<int>(L), c10::cuda::getCurrentCUDAStream()),
                "col_info", indices);
-  // The one synchronization: (i << 8) | indices[i] for the first index >= M, if any.
-  const int64_t first_bad = bad.item<int64_t>();
-  TORCH_CHECK(first_bad == kernels::kNoError, "nmspmm.col_info: indices holds ",
-              static_cast<int>(first_bad & 0xFF), " >= M=", M);
+  // The one synchronization: the first index out of range or out of order, if any.
+  check_index_error(bad.item<int64_t>(), "col_info", vectors, M);
   return {cols, packed};
 }
 

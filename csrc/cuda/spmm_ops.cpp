@@ -192,7 +192,8 @@ at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const a
   const int64_t out = values.size(1);
   const auto out_shape = spmm_out_shape(x, out);
   const at::ScalarType dtype = x.scalar_type();
-  at::Tensor x2 = x.reshape({-1, in});
+  at::Tensor x2 = x.reshape({spmm_rows(x), in});
+  if (in == 0 && !forced) return spmm_no_inputs(x, out, bias).reshape(out_shape);
   // fp16 / bf16: native tensor-core kernels, decode (m <= 64, sm_90; spmm_half_decode.cpp) first,
   // then prefill (sm_80+; spmm_half_prefill.cpp).
   if (!forced) {
@@ -220,6 +221,7 @@ at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const a
     TORCH_CHECK(!is_producer_kernel(static_cast<int>(kernel)) || clusters, "nmspmm.spmm_with_plan: kernel ",
                 kernel, " uses tensor copies and mbarriers and needs compute capability 9.0 or newer");
   }
+  if (in == 0) return spmm_no_inputs(x, out, bias).reshape(out_shape);
   at::Tensor y = at::empty({m, out}, x.options().dtype(at::kFloat));
   if (m == 0 || out == 0) return y.to(dtype).reshape(out_shape);
 

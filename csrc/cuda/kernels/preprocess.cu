@@ -359,14 +359,18 @@ NMSPMM_HD void decompress_scatter(const TileParams& p, int64_t task, int tid, E*
     const int64_t j = tc.j0 + jj;
     if (j >= p.out) continue;
     const int64_t v = j / p.L;
+    const bool reporter = j == v * p.L;  // one report per bad index, from the vector's first column
+    int prev = -1;
     for (int s = 0; s < p.N; ++s) {
       const int64_t u = (tc.g0 + wl) * p.N + s;
       const int64_t i = u * p.vectors + v;
       const int idx = p.indices[i];
       if (idx < p.M)
         s_tile[jj * P + wl * p.M + idx] = values[u * p.out + j];
-      else if (j == v * p.L)  // one report per bad index, from the vector's first column
-        atomic_min_error(p.bad_index, (i << 8) | idx);
+      // idx >= M: out of range; idx < M (in the low byte) but not above the window's previous
+      // index: not strictly ascending.
+      if ((idx >= p.M || idx <= prev) && reporter) atomic_min_error(p.bad_index, (i << 8) | idx);
+      prev = idx;
     }
   }
 }
@@ -426,7 +430,9 @@ NMSPMM_HD void col_info_mark(const ColInfoParams& p, int64_t task, int tid,
     const int idx = p.indices[i];
     if (idx < p.M)
       used |= 1ull << ((ul / p.N) * p.M + idx);
-    else
+    // Out of range, or not above the previous index of its (window, vector) (u0 is a multiple
+    // of N, so ul % N is the row's position in its window); encoded as in decompress.
+    if (idx >= p.M || (ul % p.N != 0 && idx <= p.indices[i - p.vectors]))
       atomic_min_error(p.bad_index, (i << 8) | idx);
   }
   if (used) shared_or(s_used, used);  // one shared atomic per thread

@@ -41,7 +41,9 @@ cudaError_t launch_compress(const void* weight, int elem_size, const uint8_t* ma
 
 // decompress: values[in/M*N, out] (elem_size 4 or 2), indices[in/M*N, out/L] -> dense[out, in]
 // (every element written; pruned positions hold +0). *bad_index (caller sets kNoError) becomes
-// (i << 8) | indices[i] for the smallest linear position i with indices[i] >= M.
+// (i << 8) | indices[i] for the smallest linear position i whose index is >= M (out of range) or,
+// when the low byte is < M, not above the index before it in its (window, vector) (not strictly
+// ascending).
 cudaError_t launch_decompress(const void* values, int elem_size, const uint8_t* indices,
                               void* dense, int64_t* bad_index, int64_t out, int64_t in, int N,
                               int M, int L, cudaStream_t stream);
