@@ -78,7 +78,7 @@ __global__ void __launch_bounds__(W * 32) spmm_decode_cluster_kernel(const SpmmP
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         const int64_t u = ub + r < u_end ? ub + r : u_end - 1;
-        idx[r] = __ldg(icol + u * q);
+        idx[r] = __ldg(icol + u * q) & (M - 1);
         b[r] = __ldcs(reinterpret_cast<const float4*>(vcol + u * n));
       }
       // Keep them ahead of the math: the compiler would otherwise sink each load to its use and

@@ -198,7 +198,7 @@ __global__ void __launch_bounds__(kStagedWarps * 32, 2) spmm_decode_staged_kerne
         // A whole batch of the whole-batch kernels: no per-row bounds.
 #pragma unroll
         for (int r = 0; r < D; ++r) {
-          const int c = cbase + idx[r];
+          const int c = cbase + (idx[r] & (M - 1));  // masked: never outside the window
           if (++s == N) {
             s = 0;
             cbase += M;
@@ -209,7 +209,7 @@ __global__ void __launch_bounds__(kStagedWarps * 32, 2) spmm_decode_staged_kerne
 #pragma unroll
         for (int r = 0; r < D; ++r) {
           const bool ok = ub + r < u_end;
-          const int c = ok ? cbase + idx[r] : 0;
+          const int c = ok ? cbase + (idx[r] & (M - 1)) : 0;
           const float4 br = ok ? b[r] : make_float4(0.f, 0.f, 0.f, 0.f);
           if (++s == N) {
             s = 0;

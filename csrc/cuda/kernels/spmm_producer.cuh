@@ -225,12 +225,13 @@ __global__ void __launch_bounds__(C::THREADS, 1)
       d_src[d] = p.indices + (d_ok[d] ? static_cast<int64_t>(row) * q + vec : 0);
     }
     int raw[C::D_PER_LANE];
+    const int idx_mask = p.M - 1;  // an index byte stays inside its window of the stage's A_s
     const int64_t u_begin = kb_begin * WB;
     auto fetch = [&](int s) {
       const int64_t u0 = u_begin + static_cast<int64_t>(s) * WB;
 #pragma unroll
       for (int d = 0; d < C::D_PER_LANE; ++d)
-        raw[d] = (s < nk && d_ok[d] && u0 + d_row[d] < w) ? __ldg(d_src[d] + u0 * q) : 0;
+        raw[d] = (s < nk && d_ok[d] && u0 + d_row[d] < w) ? __ldg(d_src[d] + u0 * q) & idx_mask : 0;
     };
     fetch(0);
     grid_dependency_wait();  // xT is written by the transpose launched just before

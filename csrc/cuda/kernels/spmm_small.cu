@@ -93,7 +93,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
 #pragma unroll
         for (int r = 0; r < R; ++r) {
           const int64_t u = ub + r < u_end ? ub + r : u_end - 1;
-          idx[r] = __ldg(p.indices + u * q + v);
+          idx[r] = __ldg(p.indices + u * q + v) & (M - 1);  // masked: never outside the window
           b[r] = __ldcs(reinterpret_cast<const float4*>(p.values + u * n + col));
         }
         asm volatile("" ::: "memory");  // keep the loads ahead of the math (see spmm_decode_cluster.cu)
@@ -128,7 +128,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
         for (int s = 0; s < N; ++s) {
           const int64_t u = u0 + s;
           const float4 b = __ldcs(reinterpret_cast<const float4*>(p.values + u * n + col));
-          const int c = cbase + __ldg(p.indices + u * q + v);
+          const int c = cbase | (__ldg(p.indices + u * q + v) & (M - 1));  // masked: never outside the window
 #pragma unroll
           for (int i = 0; i < MR; ++i) {
             const float a = xs[i * kDecodeXCols + c];
@@ -175,27 +175,31 @@ __global__ void __launch_bounds__(kGenericCols) spmm_generic_kernel(const SpmmPa
   const int N = p.N, M = p.M, L = p.L;
   const int64_t q = n / L;
   const int64_t j = static_cast<int64_t>(blockIdx.x) * kGenericCols + threadIdx.x;
-  const int64_t i0 = static_cast<int64_t>(blockIdx.y) * kGenericRows;
   if (j >= n) return;
   const int64_t v = j / L;
-  const float* xr[kGenericRows];
-#pragma unroll
-  for (int r = 0; r < kGenericRows; ++r) xr[r] = p.x + (i0 + r < m ? i0 + r : i0) * p.ldx;
-  float acc[kGenericRows] = {};
-  const int64_t windows = k / M;
-  for (int64_t g = 0; g < windows; ++g) {
-    for (int s = 0; s < N; ++s) {
-      const int64_t u = g * N + s;
-      const float b = __ldg(p.values + u * n + j);
-      const int64_t c = g * M + __ldg(p.indices + u * q + v);
-#pragma unroll
-      for (int r = 0; r < kGenericRows; ++r) acc[r] = fmaf(__ldg(xr[r] + c), b, acc[r]);
-    }
-  }
   const float bias = p.bias != nullptr ? p.bias[j] : 0.f;
+  const int64_t windows = k / M;
+  // Row blocks blockIdx.y, + gridDim.y, ...: the grid's y extent is capped at 65535 (launch_spmm),
+  // so any m runs.
+  for (int64_t i0 = static_cast<int64_t>(blockIdx.y) * kGenericRows; i0 < m;
+       i0 += static_cast<int64_t>(gridDim.y) * kGenericRows) {
+    const float* xr[kGenericRows];
 #pragma unroll
-  for (int r = 0; r < kGenericRows; ++r)
-    if (i0 + r < m) p.y[(i0 + r) * n + j] = acc[r] + bias;
+    for (int r = 0; r < kGenericRows; ++r) xr[r] = p.x + (i0 + r < m ? i0 + r : i0) * p.ldx;
+    float acc[kGenericRows] = {};
+    for (int64_t g = 0; g < windows; ++g) {
+      for (int s = 0; s < N; ++s) {
+        const int64_t u = g * N + s;
+        const float b = __ldg(p.values + u * n + j);
+        const int64_t c = g * M + (__ldg(p.indices + u * q + v) & (M - 1));  // masked: inside the window
+#pragma unroll
+        for (int r = 0; r < kGenericRows; ++r) acc[r] = fmaf(__ldg(xr[r] + c), b, acc[r]);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kGenericRows; ++r)
+      if (i0 + r < m) p.y[(i0 + r) * n + j] = acc[r] + bias;
+  }
 }
 
 constexpr int kTransposeTile = 32;
@@ -369,8 +373,9 @@ cudaError_t launch_spmm(const SpmmParams& p, int kernel, cudaStream_t stream) {
   switch (kernel) {
     case kGeneric: {
       const int64_t bx = (p.n + kGenericCols - 1) / kGenericCols;
-      const int64_t by = (p.m + kGenericRows - 1) / kGenericRows;
-      if (bx > 0x7fffffff || by > 65535) return cudaErrorInvalidConfiguration;
+      const int64_t row_blocks = (p.m + kGenericRows - 1) / kGenericRows;
+      const int64_t by = row_blocks < 65535 ? row_blocks : 65535;  // the kernel loops over the rest
+      if (bx > 0x7fffffff) return cudaErrorInvalidConfiguration;
       spmm_generic_kernel<<<dim3(static_cast<unsigned>(bx), static_cast<unsigned>(by)), kGenericCols, 0,
                             stream>>>(p);
       err = cudaGetLastError();

@@ -237,7 +237,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
       for (int j = 0; j < C::A_ROWS; ++j) {
         const int col = static_cast<int>((cols[j / 4] >> (8 * (j % 4))) & 0xFFu);
         if (col == kUnusedCol) continue;
-        const int64_t gk = k0 + col;
+        const int64_t gk = k0 + (col & (C::KB - 1));  // masked: inside the k-block
         const bool ok = a_m_ok && (!tail || gk < K_);
         cp_async_16(a_dst + j * C::AS, ok ? a_src + gk * ldxt : p.xt, ok);
       }
@@ -307,13 +307,16 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS)
       dreg[d] = raw;
     }
   };
+  // An index byte addresses a row of the stage's A_s: masked to its window (a packed index to
+  // the k-block), so no byte value reads outside it.
+  const int idx_mask = C::PACKED ? C::KB - 1 : p.M - 1;
   auto store_d = [&](int s, const int* raw) {
     int* Ds = reinterpret_cast<int*>(stage_ptr(s) + C::KB * C::AS + wb * C::BN);
 #pragma unroll
     for (int d = 0; d < C::D_PER_THREAD; ++d) {
       const int e = tid + d * C::THREADS;
       if (e < wb * qt) {
-        const int row_off = raw[d] < 0 ? 0 : (d_base[d] + raw[d]) * C::AS;
+        const int row_off = raw[d] < 0 ? 0 : (d_base[d] + (raw[d] & idx_mask)) * C::AS;
         const int v = C::BYTE_OFFSETS ? ((s % C::STAGES) * stage_floats + row_off) * 4 : row_off;
 #pragma unroll
         for (int c = 0; c < C::D_COPIES; ++c) Ds[d_dst[d] + 4 * c] = v + 16 * c;

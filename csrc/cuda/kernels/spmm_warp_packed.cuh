@@ -118,7 +118,7 @@ __global__ void __launch_bounds__(C::THREADS, C::MIN_BLOCKS) spmm_warp_packed_ke
     int pend_raw = -1, pend_base = 0;  // the fetched (not yet used) group: index byte, g_l * M
     auto fetch_group = [&]() {
       pend_base = g_l * M;
-      pend_raw = lane < C::GROUP && rel_l < rows ? static_cast<int>(__ldg(idx_ptr)) : -1;
+      pend_raw = lane < C::GROUP && rel_l < rows ? static_cast<int>(__ldg(idx_ptr)) & (M - 1) : -1;
       rel_l += C::GROUP;
       idx_ptr += idx_step;
       g_l += step_g;
