@@ -1,0 +1,441 @@
+"""GPU fuzz of nmspmm: random problems against fp64 references, and corrupted weights.
+
+    python tools/gpu_fuzz.py                      # 10,000 random configurations + corruption cases
+    python tools/gpu_fuzz.py --cases 300 --small  # for compute-sanitizer (below)
+    PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck \\
+        python tools/gpu_fuzz.py --cases 300 --small
+
+Each configuration draws a pattern (N:M with M in 2..64, L in 1..128), a shape (m, n, k), a dtype
+(float32 / float16 / bfloat16), a layout of x (contiguous, transposed leading dims, a column slice,
+an expanded row), a bias or none, with or without the packing metadata, and runs it twice: through
+the heuristic (nmspmm.spmm) and through one forced plan drawn from the kernels that support it
+(spmm_with_plan, random split-K). Both are compared elementwise with an fp64 reference (dense
+matmul of the weight scattered in plain torch), within a tolerance relative to |x| @ |W|.T.
+
+Corruption cases (docs/format.md, "Validation" and "Masking guarantee"):
+  * indices with out-of-range bytes (M .. 255), repeats or descending positions: NMWeight and
+    NMLinear.load_state_dict must refuse them (and the refused load must leave the layer as it was);
+    the raw op on every gathering plan must give the product with each byte read as b & (M - 1)
+    (duplicates added);
+  * col_info / packed_indices with random bytes: NMWeight must refuse them; the raw op on every
+    packing plan must run without a fault (its result is unspecified).
+Under compute-sanitizer memcheck with PYTORCH_NO_CUDA_MEMORY_CACHING=1 (every tensor its own
+allocation) a clean run means no access outside any input; the value checks above cover the reads
+that stay inside shared memory or another live allocation, which memcheck cannot see.
+
+Prints a summary table; exits 1 if any check failed.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import random
+import sys
+import time
+import traceback
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import nmspmm  # noqa: E402
+from nmspmm.nn import NMLinear  # noqa: E402
+
+ops = torch.ops.nmspmm
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+# Elementwise tolerance relative to the largest partial sum (|x| @ |W|.T): accumulation in fp32 and
+# the output's rounding (x and the weight are rounded to the dtype before the reference sees them).
+DEVICE = "cuda"  # --device cpu checks the harness itself against the CPU ops
+TOL = {torch.float32: 2e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
+
+
+# ------------------------------------------------------------------------------------------ plans
+def plan_names():
+    """Every kernel the build knows: registry names, or the integer ids of an older build."""
+    if hasattr(ops, "kernels"):
+        return list(ops.kernels())
+    return list(range(64))  # ids past the last are refused as unknown
+
+
+def supports(kernel, m, N, M, L, has_col_info, cc):
+    if hasattr(ops, "kernel_supports") and isinstance(kernel, str):
+        try:
+            return bool(ops.kernel_supports(kernel, m, N, M, L, has_col_info, cc))
+        except RuntimeError:
+            return False
+    return True  # older build: spmm_with_plan itself refuses what a kernel cannot run
+
+
+def is_packing(kernel):
+    if hasattr(ops, "kernel_info") and isinstance(kernel, str):
+        try:
+            return bool(ops.kernel_info(kernel)[10])  # needs_col_info
+        except RuntimeError:
+            return False
+    return kernel in (6, 7, 8)
+
+
+# ----------------------------------------------------------------------------------- references
+def columns(indices, N, M, L):
+    w = indices.shape[0]
+    base = (torch.arange(w, device=indices.device) // N * M)[:, None]
+    return base + indices.long().repeat_interleave(L, dim=1)
+
+
+def dense_of(values, indices, N, M, L, in_features, add_duplicates=True):
+    """fp64 W[out, in] from (values, indices), plain torch. add_duplicates: a repeated position adds
+    (the gathering kernels' reading of corrupted data); the format itself has none."""
+    w, out = values.shape
+    dt = torch.zeros(in_features, out, dtype=torch.float64, device=values.device)
+    if w:
+        dt.scatter_add_(0, columns(indices, N, M, L), values.double())
+    return dt.t()
+
+
+def reference(x, dense, bias):
+    x2 = x.double().reshape(-1, x.shape[-1])
+    y = x2 @ dense.t()
+    scale = x2.abs() @ dense.abs().t()
+    if bias is not None:
+        y = y + bias.double()
+        scale = scale + bias.double().abs()
+    return y, scale
+
+
+def check_close(y, ref, scale, dtype):
+    """(ok, worst |err| / tolerance)."""
+    y2 = y.double().reshape(ref.shape)
+    if y2.numel() == 0:
+        return True, 0.0
+    tol = TOL[dtype] * scale + TOL[dtype] * 1e-3
+    if dtype != torch.float32:
+        tol = tol + ref.abs() * (2 ** -8 if dtype == torch.bfloat16 else 2 ** -11)
+    err = (y2 - ref).abs()
+    bad = ~(err <= tol)  # NaN fails
+    ratio = float((err / tol).max()) if torch.isfinite(err).all() else math.inf
+    return not bool(bad.any()), ratio
+
+
+# ----------------------------------------------------------------------------------- random draws
+def draw_pattern(rnd, small):
+    M = 2 ** rnd.randint(1, 6)
+    N = rnd.randint(1, M)
+    if rnd.random() < 0.5:  # the production patterns more often
+        N, M = rnd.choice([(2, 4), (1, 4), (4, 8), (2, 8), (4, 32), (8, 32), (16, 32), (16, 64), (8, 64)])
+    L = 2 ** rnd.randint(0, 7)
+    if rnd.random() < 0.5:
+        L = rnd.choice([16, 32, 64, 128])
+    return N, M, L
+
+
+def draw_shape(rnd, M, L, small):
+    max_k = 512 if small else 2048
+    max_n = 512 if small else 2048
+    k = M * rnd.randint(1, max(1, max_k // M))
+    n = L * rnd.randint(1, max(1, max_n // L))
+    r = rnd.random()
+    if r < 0.35:
+        m = rnd.randint(1, 16)
+    elif r < 0.7:
+        m = rnd.randint(17, 300)
+    elif r < 0.95:
+        m = rnd.randint(1, 256 if small else 2048)
+    else:
+        m = 0
+    # keep each case small enough for 10,000 of them
+    budget = 2e6 if small else 3e7
+    while m * n * k > budget and m > 1:
+        m //= 2
+    return m, n, k
+
+
+def draw_x(rnd, m, k, dtype, gen):
+    layout = rnd.choice(["contiguous", "transposed", "sliced", "expanded", "3d"])
+    dev = DEVICE
+    if layout == "transposed" and m % 2 == 0 and m > 0:
+        return torch.randn(2, m // 2, k, device=dev, generator=gen).to(dtype).transpose(0, 1), layout
+    if layout == "sliced":
+        return torch.randn(m, k + 4, device=dev, generator=gen).to(dtype)[:, 4:], layout
+    if layout == "expanded" and m > 0:
+        return torch.randn(1, k, device=dev, generator=gen).to(dtype).expand(m, k), layout
+    if layout == "3d" and m % 3 == 0:
+        return torch.randn(3, m // 3, k, device=dev, generator=gen).to(dtype), layout
+    return torch.randn(m, k, device=dev, generator=gen).to(dtype), "contiguous"
+
+
+def random_indices(rnd_gen, G, V, N, M, device):
+    pos = torch.rand(G, V, M, device=device, generator=rnd_gen).argsort(dim=-1)[..., :N].sort(dim=-1).values
+    return pos.permute(0, 2, 1).reshape(G * N, V).to(torch.uint8).contiguous()
+
+
+# ------------------------------------------------------------------------------------ bookkeeping
+class Tally:
+    def __init__(self):
+        self.rows = {}
+
+    def add(self, cat, outcome, ratio=0.0, note=None):
+        r = self.rows.setdefault(cat, {"run": 0, "pass": 0, "refused": 0, "fail": 0, "worst": 0.0, "notes": []})
+        r["run"] += 1
+        r[outcome] += 1
+        if ratio == ratio:  # not NaN
+            r["worst"] = max(r["worst"], ratio)
+        if note and outcome == "fail" and len(r["notes"]) < 8:
+            r["notes"].append(note)
+
+    def table(self):
+        lines = [f"{'category':34s} {'run':>7s} {'pass':>7s} {'refused':>8s} {'fail':>6s} {'worst err/tol':>14s}"]
+        for cat, r in self.rows.items():
+            lines.append(f"{cat:34s} {r['run']:7d} {r['pass']:7d} {r['refused']:8d} {r['fail']:6d} {r['worst']:14.3g}")
+        fails = [(cat, n) for cat, r in self.rows.items() for n in r["notes"]]
+        for cat, n in fails:
+            lines.append(f"  FAIL {cat}: {n}")
+        return "\n".join(lines)
+
+    @property
+    def failed(self):
+        return sum(r["fail"] for r in self.rows.values())
+
+
+def sync_or_die(what):
+    if DEVICE == "cpu":
+        return
+    try:
+        torch.cuda.synchronize()
+    except RuntimeError as e:  # a device fault poisons the context: stop here
+        print(f"gpu_fuzz: CUDA error after {what}: {e}", flush=True)
+        raise SystemExit(2)
+
+
+# ---------------------------------------------------------------------------------- random cases
+def run_random_case(i, rnd, gen, tally, kernels, cc, small):
+    N, M, L = draw_pattern(rnd, small)
+    m, n, k = draw_shape(rnd, M, L, small)
+    dtype = rnd.choice(DTYPES)
+    G, V = k // M, n // L
+    indices = random_indices(gen, G, V, N, M, DEVICE)
+    values = torch.randn(G * N, n, device=DEVICE, generator=gen).to(dtype)
+    bias = torch.randn(n, device=DEVICE, generator=gen).to(dtype) if rnd.random() < 0.5 else None
+    x, layout = draw_x(rnd, m, k, dtype, gen)
+    with_meta = rnd.random() < 0.6
+    meta = ops.col_info(indices, N, M, L) if with_meta else (None, None)
+    dense = dense_of(values, indices, N, M, L, k)
+    ref, scale = reference(x, dense, bias)
+    desc = f"case {i}: m={m} n={n} k={k} {N}:{M} L={L} {str(dtype)[6:]} {layout} bias={bias is not None} meta={with_meta}"
+
+    # 1. the heuristic's plan
+    try:
+        y = ops.spmm(x, values, indices, N, M, L, bias, *meta)
+        sync_or_die(desc)
+        ok, ratio = check_close(y, ref, scale, dtype)
+        tally.add("random: heuristic", "pass" if ok else "fail", ratio, f"{desc} err/tol={ratio:.3g}")
+    except RuntimeError as e:
+        tally.add("random: heuristic", "fail", note=f"{desc}: raised {str(e)[:200]}")
+
+    # 2. one forced plan among the kernels that support the problem
+    rows = x.numel() // k if k else 0
+    cands = [kn for kn in kernels if supports(kn, max(rows, 1), N, M, L, with_meta, cc)]
+    if not cands:
+        tally.add("random: forced plan", "refused")
+        return
+    kernel = rnd.choice(cands)
+    split_k = rnd.choice([1, 1, 2, 3, 4, 8])
+    try:
+        y = ops.spmm_with_plan(x, values, indices, N, M, L, bias, *meta, kernel, split_k)
+    except RuntimeError as e:
+        msg = str(e)
+        if msg.startswith("nmspmm.spmm_with_plan:"):  # a plan refused with a clear message
+            tally.add("random: forced plan", "refused")
+        else:
+            tally.add("random: forced plan", "fail", note=f"{desc} kernel={kernel} split_k={split_k}: {msg[:200]}")
+        return
+    sync_or_die(f"{desc} kernel={kernel}")
+    ok, ratio = check_close(y, ref, scale, dtype)
+    tally.add("random: forced plan", "pass" if ok else "fail", ratio,
+              f"{desc} kernel={kernel} split_k={split_k} err/tol={ratio:.3g}")
+
+
+# ------------------------------------------------------------------------------ corruption cases
+def corrupt_indices(rnd, indices, N, M):
+    bad = indices.clone()
+    kind = rnd.choice(["range", "range", "repeat", "descending"] if N > 1 else ["range"])
+    flat = bad.view(-1)
+    if kind == "range":
+        for _ in range(rnd.randint(1, 8)):
+            flat[rnd.randrange(flat.numel())] = rnd.randint(M, 255)
+    else:
+        w, V = bad.shape
+        g, v = rnd.randrange(w // N), rnd.randrange(V)
+        u = g * N + rnd.randrange(N - 1)
+        if kind == "repeat":
+            bad[u + 1, v] = bad[u, v]
+        else:
+            bad[u, v], bad[u + 1, v] = indices[u + 1, v], indices[u, v]
+    return bad, kind
+
+
+def run_corrupt_indices_case(i, rnd, gen, tally, kernels, cc, small):
+    N, M, L = draw_pattern(rnd, small)
+    m, n, k = draw_shape(rnd, M, L, True)
+    m = max(m, 1)
+    G, V = k // M, n // L
+    dtype = rnd.choice(DTYPES)
+    indices = random_indices(gen, G, V, N, M, DEVICE)
+    values = torch.randn(G * N, n, device=DEVICE, generator=gen).to(dtype)
+    bad, kind = corrupt_indices(rnd, indices, N, M)
+    desc = f"case {i}: {kind} m={m} n={n} k={k} {N}:{M} L={L} {str(dtype)[6:]}"
+
+    # Where weights enter: refused.
+    try:
+        nmspmm.NMWeight(values, bad, N, M, L, (n, k))
+        tally.add("corrupt indices: NMWeight", "fail", note=f"{desc}: accepted")
+    except (RuntimeError, ValueError):
+        tally.add("corrupt indices: NMWeight", "pass")
+    sync_or_die(desc)
+    layer = NMLinear(k, n, N, M, L, device=DEVICE, dtype=dtype)
+    before = {name: t.clone() for name, t in layer.state_dict().items()}
+    meta_before = (layer.col_info.clone(), layer.packed_indices.clone())
+    sd = {"values": values, "indices": bad, "bias": torch.zeros(n, device=DEVICE, dtype=dtype),
+          "_extra_state": layer.get_extra_state()}
+    try:
+        layer.load_state_dict(sd)
+        tally.add("corrupt indices: load_state_dict", "fail", note=f"{desc}: accepted")
+    except RuntimeError:
+        after = layer.state_dict()
+        same = all(torch.equal(before[k2], after[k2]) for k2 in before) and \
+            torch.equal(layer.col_info, meta_before[0]) and torch.equal(layer.packed_indices, meta_before[1])
+        tally.add("corrupt indices: load_state_dict", "pass" if same else "fail",
+                  note=None if same else f"{desc}: refused load changed the layer")
+    sync_or_die(desc)
+
+    # The raw op: every gathering plan reads byte b as b & (M - 1).
+    x = torch.randn(m, k, device=DEVICE, generator=gen).to(dtype)
+    dense = dense_of(values, bad & (M - 1), N, M, L, k)
+    ref, scale = reference(x, dense, None)
+    for kernel in kernels:
+        if is_packing(kernel) or not supports(kernel, m, N, M, L, False, cc):
+            continue
+        try:
+            y = ops.spmm_with_plan(x, values, bad, N, M, L, None, None, None, kernel, 1)
+        except RuntimeError as e:
+            if "unknown kernel" in str(e):
+                break
+            if DEVICE == "cpu" and ("indices" in str(e)):
+                tally.add("corrupt indices: raw op (masked)", "pass")  # the CPU checks per call
+            continue  # a plan this problem cannot use (older build without kernel_supports)
+        sync_or_die(f"{desc} kernel={kernel}")
+        ok, ratio = check_close(y, ref, scale, dtype)
+        tally.add("corrupt indices: raw op (masked)", "pass" if ok else "fail", ratio,
+                  f"{desc} kernel={kernel} err/tol={ratio:.3g}")
+    if DEVICE == "cpu":
+        return
+    y = ops.spmm(x, values, bad, N, M, L)  # the heuristic's plan
+    sync_or_die(desc)
+    ok, ratio = check_close(y, ref, scale, dtype)
+    tally.add("corrupt indices: raw op (masked)", "pass" if ok else "fail", ratio, f"{desc} heuristic err/tol={ratio:.3g}")
+
+
+def run_corrupt_col_info_case(i, rnd, gen, tally, kernels, cc, small):
+    N, M, L = draw_pattern(rnd, small)
+    L = max(L, 16)  # the packing kernels' range
+    m, n, k = draw_shape(rnd, M, L, True)
+    m = max(m, 1)
+    G, V = k // M, n // L
+    indices = random_indices(gen, G, V, N, M, DEVICE)
+    values = torch.randn(G * N, n, device=DEVICE, generator=gen)
+    cols, packed = ops.col_info(indices, N, M, L)
+    bcols, bpacked = cols.clone(), packed.clone()
+    what = rnd.choice(["col_info", "packed_indices", "both"])
+    if what in ("col_info", "both"):
+        f = bcols.view(-1)
+        for _ in range(rnd.randint(1, 16)):
+            f[rnd.randrange(f.numel())] = rnd.randint(0, 255)
+    if what in ("packed_indices", "both"):
+        f = bpacked.view(-1)
+        for _ in range(rnd.randint(1, 16)):
+            f[rnd.randrange(f.numel())] = rnd.randint(0, 255)
+    desc = f"case {i}: {what} m={m} n={n} k={k} {N}:{M} L={L}"
+    changed = not (torch.equal(bcols, cols) and torch.equal(bpacked, packed))
+    try:
+        nmspmm.NMWeight(values, indices, N, M, L, (n, k), bcols, bpacked)
+        tally.add("corrupt col_info: NMWeight", "fail" if changed else "pass",
+                  note=f"{desc}: accepted" if changed else None)
+    except (RuntimeError, ValueError):
+        tally.add("corrupt col_info: NMWeight", "pass" if changed else "fail",
+                  note=None if changed else f"{desc}: refused valid metadata")
+    sync_or_die(desc)
+    x = torch.randn(m, k, device=DEVICE, generator=gen)
+    for kernel in kernels:
+        if not is_packing(kernel) or not supports(kernel, m, N, M, L, True, cc):
+            continue
+        try:
+            y = ops.spmm_with_plan(x, values, indices, N, M, L, None, bcols, bpacked, kernel, rnd.choice([1, 2]))
+        except RuntimeError as e:
+            if "unknown kernel" in str(e):
+                break
+            if DEVICE == "cpu" and changed and "does not match indices" in str(e):
+                tally.add("corrupt col_info: raw op (no fault)", "pass")  # the CPU checks per call
+            continue
+        sync_or_die(f"{desc} kernel={kernel}")  # no fault; the value is unspecified
+        tally.add("corrupt col_info: raw op (no fault)", "pass" if y.shape == (m, n) else "fail",
+                  note=f"{desc} kernel={kernel}: shape {tuple(y.shape)}")
+
+
+# ------------------------------------------------------------------------------------------- main
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cases", type=int, default=10000, help="random configurations")
+    ap.add_argument("--corrupt-cases", type=int, default=None,
+                    help="corrupted-index and corrupted-col_info cases each (default: cases / 20, >= 20)")
+    ap.add_argument("--small", action="store_true", help="smaller shapes (for compute-sanitizer)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default=None, help="also write the summary table to this file")
+    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
+                    help="cpu: run the harness against the CPU ops (which check index data per call)")
+    a = ap.parse_args()
+    global DEVICE
+    DEVICE = a.device
+    if DEVICE == "cuda" and (not torch.cuda.is_available() or not nmspmm.cuda_kernels_built()):
+        sys.exit("gpu_fuzz: needs a CUDA GPU and nmspmm built with its CUDA kernels")
+    corrupt = a.corrupt_cases if a.corrupt_cases is not None else max(20, a.cases // 20)
+    rnd = random.Random(a.seed)
+    gen = torch.Generator(device=DEVICE).manual_seed(a.seed)
+    major, minor = torch.cuda.get_device_capability() if DEVICE == "cuda" else (9, 0)
+    cc = major * 10 + minor
+    kernels = plan_names()
+    tally = Tally()
+    t0 = time.time()
+    for i in range(a.cases):
+        try:
+            run_random_case(i, rnd, gen, tally, kernels, cc, a.small)
+        except SystemExit:
+            raise
+        except Exception as e:  # noqa: BLE001 (a Python error is a failed case, not a crash)
+            tally.add("random: harness", "fail", note=f"case {i}: {type(e).__name__}: {e}\n{traceback.format_exc()[-600:]}")
+        if (i + 1) % 1000 == 0:
+            print(f"gpu_fuzz: {i + 1}/{a.cases} random cases, {time.time() - t0:.0f} s, {tally.failed} failures", flush=True)
+    for i in range(corrupt):
+        for fn, cat in ((run_corrupt_indices_case, "corrupt indices: harness"),
+                        (run_corrupt_col_info_case, "corrupt col_info: harness")):
+            try:
+                fn(i, rnd, gen, tally, kernels, cc, a.small)
+            except SystemExit:
+                raise
+            except Exception as e:  # noqa: BLE001
+                tally.add(cat, "fail", note=f"case {i}: {type(e).__name__}: {e}\n{traceback.format_exc()[-600:]}")
+    sync_or_die("the last case")
+    name = torch.cuda.get_device_name() if DEVICE == "cuda" else "CPU"
+    head = (f"gpu_fuzz: {name} (cc {cc}), torch {torch.__version__}, seed {a.seed}, "
+            f"{a.cases} random cases + {corrupt} x 2 corruption cases{' (small shapes)' if a.small else ''}, "
+            f"{time.time() - t0:.0f} s")
+    text = head + "\n" + tally.table() + f"\nfailures: {tally.failed}"
+    print(text)
+    if a.out:
+        with open(a.out, "w") as f:
+            f.write(text + "\n")
+    sys.exit(1 if tally.failed else 0)
+
+
+if __name__ == "__main__":
+    main()
