@@ -5,6 +5,7 @@ and bias: every example is checked against an independent fp64 reference built i
 Sized for CI on two cores: each property runs a bounded number of small examples (the whole file
 takes well under two minutes); NMSPMM_HYPOTHESIS_EXAMPLES=<n> raises the count for a longer run.
 """
+import math
 import os
 
 import pytest
@@ -21,7 +22,7 @@ from conftest import random_packed, ref_columns, ref_decompress  # noqa: E402
 
 ops = torch.ops.nmspmm
 
-EXAMPLES = int(os.environ.get("NMSPMM_HYPOTHESIS_EXAMPLES", "40"))
+EXAMPLES = int(os.environ.get("NMSPMM_HYPOTHESIS_EXAMPLES", "80"))
 SETTINGS = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
@@ -63,7 +64,7 @@ def strided_x(draw, rows_shape, in_features, dtype):
 def _ref(x, values, indices, N, M, L, bias):
     """fp64 product from the kept positions only, and the scale of its partial sums."""
     cols = ref_columns(indices, N, M, L)  # [w, out]
-    x2 = x.double().reshape(-1, x.shape[-1])
+    x2 = x.double().reshape(math.prod(x.shape[:-1]), x.shape[-1])
     v = values.double()
     if cols.numel():
         y = (x2[:, cols] * v).sum(1)
