@@ -1,5 +1,6 @@
-"""GPU tests of the native fp16 / bf16 tensor-core prefill kernels (csrc/cuda/kernels/half/,
-taken by ``nmspmm.spmm`` for 16-bit inputs with m >= 17 on sm_80+).
+"""GPU tests of the native fp16 / bf16 tensor-core prefill kernels (csrc/cuda/kernels/half/
+spmm_tc_prefill.cuh), which ``nmspmm.spmm`` takes for 16-bit inputs with m >= 17 on sm_80+ unless
+the decode kernels take the call first (m <= 64 on sm_90): every case here has m > 64.
 
 Every case draws a fresh random weight and input and compares against an fp64 dense matmul of the
 decompressed weight. Accuracy rule (the flash-attention convention): the kernel's largest error
@@ -46,7 +47,7 @@ def test_every_pattern(pattern, dtype, nm):
     # Odd m (token tail), an output tail that is not a multiple of the 256-output tile, a k of
     # several windows that is not a multiple of the stage; bias on half of the cases.
     N, M, L = pattern
-    m = 17 + (N * 7 + L) % 150
+    m = 65 + (N * 7 + L) % 150
     out = L * (3 if L >= 64 else 5)
     inp = M * (9 + N % 5)
     values, indices = nm.random_packed(out, inp, N, M, L, dtype, "cuda")
@@ -56,7 +57,7 @@ def test_every_pattern(pattern, dtype, nm):
 
 
 @pytest.mark.parametrize("dtype", HALF, ids=str)
-@pytest.mark.parametrize("m", [17, 100, 129, 256, 513, 1024, 2047])
+@pytest.mark.parametrize("m", [65, 100, 129, 256, 513, 1024, 2047])
 def test_shapes_and_split_k(m, dtype, nm):
     # 8:32 with L = 32 across m: small grids (split-K with its reduce kernel), full grids, tails.
     N, M, L = 8, 32, 32
@@ -81,11 +82,11 @@ def test_strided_and_3d_inputs(dtype, nm):
     out, inp = 320, 512
     values, indices = nm.random_packed(out, inp, N, M, L, dtype, "cuda")
     bias = torch.randn(out, device="cuda").to(dtype)
-    base = torch.randn(70, inp + 24, device="cuda").to(dtype)
+    base = torch.randn(150, inp + 24, device="cuda").to(dtype)
     _check(base[:, :inp], values, indices, N, M, L, bias, nm)           # row stride > k, aligned
     _check(base[:, 3:inp + 3], values, indices, N, M, L, bias, nm)      # misaligned start
     _check(base[::2, :inp], values, indices, N, M, L, bias, nm)         # every other row
-    _check(torch.randn(inp, 40, device="cuda").to(dtype).t(), values, indices, N, M, L, bias, nm)  # column-major
+    _check(torch.randn(inp, 80, device="cuda").to(dtype).t(), values, indices, N, M, L, bias, nm)  # column-major
     x3 = torch.randn(3, 29, inp, device="cuda").to(dtype)
     _check(x3, values, indices, N, M, L, bias, nm)
 
@@ -98,7 +99,7 @@ def test_index_bytes_are_masked(dtype, nm):
     out, inp = 256, 256
     values, indices = nm.random_packed(out, inp, N, M, L, dtype, "cuda")
     noisy = indices | (torch.randint(1, 16, indices.shape, device="cuda", dtype=torch.uint8) << 4)
-    x = torch.randn(40, inp, device="cuda").to(dtype)
+    x = torch.randn(80, inp, device="cuda").to(dtype)
     y = ops.spmm(x, values, noisy, N, M, L)
     ref, scale = nm.ref_spmm64(x, values, indices, N, M, L)
     dense = nm.ref_decompress(values, indices, N, M, L)
@@ -133,7 +134,7 @@ def test_opcheck_and_compile(dtype, nm):
     from torch.library import opcheck
     N, M, L = 8, 32, 64
     values, indices = nm.random_packed(256, 512, N, M, L, dtype, "cuda")
-    x = torch.randn(33, 512, device="cuda").to(dtype)
+    x = torch.randn(97, 512, device="cuda").to(dtype)
     bias = torch.randn(256, device="cuda").to(dtype)
     opcheck(ops.spmm, (x, values, indices, N, M, L, bias, None, None))
 
