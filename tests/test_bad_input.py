@@ -877,3 +877,24 @@ def test_corrupted_index_is_masked_into_its_window(m, dtype):
         torch.testing.assert_close(y.cpu().double(), ref, **tol, msg=f"kernel {kernel}")
         ran += 1
     assert ran >= 1
+
+
+@pytest.mark.cuda
+def test_misaligned_col_info_view():
+    # The packing kernels read col_info 16 bytes at a time: a view at an odd offset is copied, not
+    # read misaligned.
+    N, M, L = 4, 32, 32
+    w = torch.randn(256, 512)
+    values, indices = ops.compress(w, ops.prune(w, N, M, L), N, M, L)
+    cols, packed = ops.col_info(indices, N, M, L)
+    buf = torch.empty(cols.numel() + 1, dtype=torch.uint8)
+    view = buf[1:].view(cols.shape)
+    view.copy_(cols)
+    x = torch.randn(300, 512)
+    ref = x.double() @ ops.decompress(values, indices, N, M, L).double().t()
+    kernel = _plan("packed_f32_128x128", 6)
+    bufc = buf.cuda()
+    y = ops.spmm_with_plan(x.cuda(), values.cuda(), indices.cuda(), N, M, L, None, bufc[1:].view(cols.shape),
+                           packed.cuda(), kernel, 1)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(y.cpu().double(), ref, rtol=1e-4, atol=1e-3)

@@ -231,7 +231,8 @@ at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const a
   if (plan.kernel == kGeneric) plan.split_k = 1;
 
   const at::Tensor idx = (is_packed_kernel(plan.kernel) ? *packed_indices : indices).contiguous();
-  const at::Tensor cols = has_col_info ? col_info->contiguous() : at::Tensor();
+  at::Tensor cols = has_col_info ? col_info->contiguous() : at::Tensor();
+  if (cols.defined() && !aligned16(cols.data_ptr())) cols = cols.clone();  // read 16 bytes at a time
   at::Tensor workspace, xt;
   // Cluster decode kernels always reduce on chip; the tiled kernels' split-K does where the
   // device has clusters (unless switched off for A/B timing).
