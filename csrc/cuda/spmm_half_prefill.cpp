@@ -76,6 +76,40 @@ HalfPrefillPlan choose_half_prefill_plan(int64_t m, int64_t n, int64_t k, int sm
   return {0, best};
 }
 
+// Whether a call runs faster as cuBLAS on a transient dense copy of the weight (expanded by
+// launch_expand_dense) than in the gathered tensor-core kernel. Cost model fitted to H100 timings
+// (docs/kernels.md, "Half-precision prefill"): the gathered kernel reaches about
+// 50 + 180 * N/M useful TFLOP/s at m >= 256; the expansion writes n * k * 2 bytes at about
+// 2.5 TB/s, and cuBLAS runs the dense product at about 650 TFLOP/s.
+bool half_prefill_prefers_dense(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M) {
+  const double density = static_cast<double>(N) / static_cast<double>(M);
+  const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  const double sparse_us = flops * density / ((50.0 + 180.0 * density) * 1e6);
+  const double expand_us = 4.0 + static_cast<double>(n) * static_cast<double>(k) * 2.0 / 2.5e6;
+  const double dense_us = 5.0 + flops / 650e6;
+  return expand_us + dense_us < sparse_us;
+}
+
+// cuBLAS (at::linear) on the expanded weight; the dense copy comes from the caching allocator and
+// lives for the call only, so the resident weight stays compressed.
+at::Tensor spmm_half_dense(const at::Tensor& x, const at::Tensor& vals, const at::Tensor& idx, int64_t N, int64_t M,
+                           int64_t L, const at::Tensor& b, int sms) {
+  const int64_t in = x.size(1), out = vals.size(1);
+  at::Tensor dense = at::empty({out, in}, x.options());
+  kernels::HalfSpmmParams p{};
+  p.values = vals.data_ptr();
+  p.indices = idx.data_ptr<uint8_t>();
+  p.n = out;
+  p.k = in;
+  p.N = static_cast<int>(N);
+  p.M = static_cast<int>(M);
+  p.L = static_cast<int>(L);
+  const cudaError_t err = kernels::launch_expand_dense(p, dense.data_ptr(), sms, c10::cuda::getCurrentCUDAStream());
+  TORCH_CHECK(err == cudaSuccess, "nmspmm.spmm: expanding the fp16/bf16 weight failed for n=", out, " k=", in, ": ",
+              cudaGetErrorString(err));
+  return b.defined() ? at::linear(x, dense, b) : at::linear(x, dense);
+}
+
 // Returns the output if the native kernel takes the call; std::nullopt sends it to the float32 path.
 // x2 is x reshaped to [m, in]; the caller has checked every argument.
 std::optional<at::Tensor> spmm_half_prefill(const at::Tensor& x2, const at::Tensor& values, const at::Tensor& indices,
@@ -95,6 +129,7 @@ std::optional<at::Tensor> spmm_half_prefill(const at::Tensor& x2, const at::Tens
   const at::Tensor idx = indices.contiguous();
   at::Tensor b;
   if (bias.has_value()) b = bias->contiguous();
+  if (half_prefill_prefers_dense(m, out, in, N, M)) return spmm_half_dense(x, vals, idx, N, M, L, b, dev.sms);
   at::Tensor y = at::empty({m, out}, x.options());
 
   const HalfPrefillPlan plan = choose_half_prefill_plan(m, out, in, dev.sms);
