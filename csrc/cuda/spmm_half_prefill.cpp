@@ -93,7 +93,7 @@ bool half_prefill_prefers_dense(int64_t m, int64_t n, int64_t k, int64_t N, int6
 // cuBLAS (at::linear) on the expanded weight; the dense copy comes from the caching allocator and
 // lives for the call only, so the resident weight stays compressed.
 at::Tensor spmm_half_dense(const at::Tensor& x, const at::Tensor& vals, const at::Tensor& idx, int64_t N, int64_t M,
-                           int64_t L, const at::Tensor& b, int sms) {
+                           int64_t L, const at::Tensor& b) {
   const int64_t in = x.size(1), out = vals.size(1);
   at::Tensor dense = at::empty({out, in}, x.options());
   kernels::HalfSpmmParams p{};
@@ -104,7 +104,7 @@ at::Tensor spmm_half_dense(const at::Tensor& x, const at::Tensor& vals, const at
   p.N = static_cast<int>(N);
   p.M = static_cast<int>(M);
   p.L = static_cast<int>(L);
-  const cudaError_t err = kernels::launch_expand_dense(p, dense.data_ptr(), sms, c10::cuda::getCurrentCUDAStream());
+  const cudaError_t err = kernels::launch_expand_dense(p, dense.data_ptr(), c10::cuda::getCurrentCUDAStream());
   TORCH_CHECK(err == cudaSuccess, "nmspmm.spmm: expanding the fp16/bf16 weight failed for n=", out, " k=", in, ": ",
               cudaGetErrorString(err));
   return b.defined() ? at::linear(x, dense, b) : at::linear(x, dense);
@@ -129,7 +129,7 @@ std::optional<at::Tensor> spmm_half_prefill(const at::Tensor& x2, const at::Tens
   const at::Tensor idx = indices.contiguous();
   at::Tensor b;
   if (bias.has_value()) b = bias->contiguous();
-  if (half_prefill_prefers_dense(m, out, in, N, M)) return spmm_half_dense(x, vals, idx, N, M, L, b, dev.sms);
+  if (half_prefill_prefers_dense(m, out, in, N, M)) return spmm_half_dense(x, vals, idx, N, M, L, b);
   at::Tensor y = at::empty({m, out}, x.options());
 
   const HalfPrefillPlan plan = choose_half_prefill_plan(m, out, in, dev.sms);

@@ -33,8 +33,8 @@ size_t tc_prefill_scratch_bytes(const HalfSpmmParams& p, int config);
 cudaError_t launch_tc_prefill(const HalfSpmmParams& p, int config, cudaStream_t stream);
 
 // Expands the compressed weight into the dense W[n, k] (same dtype) at `dense` (16-byte aligned,
-// n * k elements) for the dense tensor-core path of large-m calls. `sms` sizes the grid.
-cudaError_t launch_expand_dense(const HalfSpmmParams& p, void* dense, int sms, cudaStream_t stream);
+// n * k elements) for the dense tensor-core path of large-m calls.
+cudaError_t launch_expand_dense(const HalfSpmmParams& p, void* dense, cudaStream_t stream);
 
 // Decode kernels (small m): stream the compressed weight. `config` selects a variant.
 size_t half_decode_scratch_bytes(const HalfSpmmParams& p, int config);
