@@ -31,18 +31,16 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import shapes as S  # noqa: E402
 from common import (ClockSampler, Progress, collect_env, default_out_dir, log, set_tf32,  # noqa: E402
                     tf32_setting, write_csv, write_json)
-from report import KERNEL_NAMES, format_summary, summarize  # noqa: E402
+from report import format_summary, summarize  # noqa: E402
 
 DENSE_DTYPES = ("fp32", "tf32", "bf16", "fp16")
 SEMI_DTYPES = ("fp16", "bf16")
 NM_DTYPES = ("fp32", "bf16", "fp16")
-# Tiled (non-packing) kernel <-> packing kernel with the same tile (csrc/dispatch.h).
-COUNTERPART = {2: 6, 3: 7, 4: 8, 5: 7, 9: 6, 10: 6, 11: 6, 6: 2, 7: 3, 8: 4}
 SWEEP_SPLITS = (1, 2, 4, 8, 16)
 
 CSV_COLUMNS = [
     "suite", "model", "layer", "m", "n", "k", "impl", "variant", "dtype", "pattern", "N", "M", "L",
-    "sparsity", "ideal", "status", "kernel", "kernel_name", "split_k", "heuristic_kernel",
+    "sparsity", "ideal", "status", "kernel", "split_k", "heuristic_kernel",
     "heuristic_split_k", "ms", "ms_graph", "graph_copies", "tflops_eff", "tflops_exec", "gbps",
     "gbps_graph", "bytes", "rel_err", "speedup_vs_fp32", "speedup_vs_tf32", "speedup_vs_bf16",
     "speedup_vs_fp16", "speedup_vs_semi24_fp16", "speedup_vs_semi24_bf16", "speedup_graph_vs_fp32",
@@ -57,11 +55,36 @@ class BenchAbort(RuntimeError):
 # ------------------------------------------------------------------------------------ CLI
 @dataclass(frozen=True)
 class Variant:
-    """How nmspmm is called: 'auto' (nmspmm.spmm, the heuristic), a forced kernel
-    ('k6', 'k6:s2', 'k6:best'), or the 'tiled'/'packed' pair of --compare-paths."""
+    """How nmspmm is called: 'auto' (nmspmm.spmm, the heuristic), a forced registry kernel
+    ('tiled_f32_64x128', 'tiled_f32_64x128:s2', 'tiled_f32_64x128:best'), or the 'tiled'/'packed'
+    pair of --compare-paths."""
     label: str
-    kernel: Optional[int] = None
+    kernel: Optional[str] = None
     split: Optional[int] = None   # None: default split (see _forced_plan); -1: sweep SWEEP_SPLITS
+
+
+def registry_kernels() -> Optional[List[str]]:
+    """The kernel names of the registry (torch.ops.nmspmm.kernels()), or None where nmspmm does not load."""
+    try:
+        import nmspmm
+    except Exception:  # noqa: BLE001
+        return None
+    return nmspmm.kernels()
+
+
+def counterpart(kernel: str) -> Optional[str]:
+    """The packing kernel of a tiled kernel's tile (the nearest tile where none matches) and the tiled
+    kernel of a packing kernel's tile, from the registry; None for the other families."""
+    import nmspmm
+
+    info = nmspmm.kernel_info(kernel)
+    want = {"tiled": "packed", "packed": "tiled"}.get(info.family)
+    if want is None:
+        return None
+    cands = [k for k in nmspmm.kernels() if nmspmm.kernel_info(k).family == want]
+    return min(cands, key=lambda k: (abs(nmspmm.kernel_info(k).tile_m - info.tile_m),
+                                     abs(nmspmm.kernel_info(k).tile_n - info.tile_n),
+                                     nmspmm.kernel_info(k).warps != info.warps))
 
 
 def parse_kernels(text: str) -> List[Variant]:
@@ -73,16 +96,16 @@ def parse_kernels(text: str) -> List[Variant]:
         if tok == "auto":
             v = Variant("auto")
         else:
-            kid, _, split = tok.partition(":")
-            kernel = int(kid)
-            if kernel not in KERNEL_NAMES:
-                raise ValueError(f"--kernel: unknown kernel id {kernel} (0..{max(KERNEL_NAMES)})")
+            kernel, _, split = tok.partition(":")
+            names = registry_kernels()
+            if names is not None and kernel not in names:
+                raise ValueError(f"--kernel: unknown kernel {kernel!r} (one of {', '.join(names)})")
             if split in ("", None):
-                v = Variant(f"k{kernel}", kernel)
+                v = Variant(kernel, kernel)
             elif split == "best":
-                v = Variant(f"k{kernel}:best", kernel, -1)
+                v = Variant(f"{kernel}:best", kernel, -1)
             else:
-                v = Variant(f"k{kernel}:s{int(split)}", kernel, int(split))
+                v = Variant(f"{kernel}:s{int(split)}", kernel, int(split))
         if v not in out:
             out.append(v)
     if not out:
@@ -109,8 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="dtypes nmspmm is called with (default fp32; bf16/fp16 take the native tensor-core "
                          "kernels where they cover the call, else are upcast inside the op)")
     ap.add_argument("--kernel", default="auto",
-                    help="comma list: auto (heuristic), a kernel id 0-8, id:split or id:best "
-                         "(sweep split-K 1..16); e.g. auto,6,2:4")
+                    help="comma list: auto (heuristic), a registry kernel name (nmspmm.kernels()), "
+                         "name:split or name:best (sweep split-K 1..16); e.g. auto,packed_f32_128x128,"
+                         "tiled_f32_32x128:4")
     ap.add_argument("--compare-paths", action="store_true",
                     help="also time the packed and the non-packed kernel of the heuristic's tile size")
     ap.add_argument("--quick", action="store_true", help="small subset, < 3 min")
@@ -293,7 +317,7 @@ def dry_run(args, st: Settings) -> None:
                 picks = ""
                 if heur is not None:
                     picks = "  " + " ".join(
-                        f"{p}->{KERNEL_NAMES[heur(s, p)[0]]}/s{heur(s, p)[1]}" if p.fits(n, k) else f"{p}->n/a"
+                        f"{p}->{heur(s, p)[0]}/s{heur(s, p)[1]}" if p.fits(n, k) else f"{p}->n/a"
                         for p in st.patterns)
                 log(f"  {s.suite:9s} {s.model:13s} {s.layer:28s} m={s.m:5d} n={n:6d} k={k:6d}{picks}")
 
@@ -412,13 +436,17 @@ def _torch_dtype(name: str):
     return {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[name]
 
 
-def _heuristic(m: int, n: int, k: int, p: S.Pattern, num_sms: int) -> Tuple[int, int]:
+def _heuristic(m: int, n: int, k: int, p: S.Pattern, num_sms: int, dtype: str = "fp32") -> Tuple[str, int]:
+    """The heuristic's plan (registry kernel name, split_k) on this GPU (an H100 without one)."""
     import torch
     import nmspmm  # noqa: F401  (registers torch.ops.nmspmm)
 
-    clusters = not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] >= 9
-    kernel, split = torch.ops.nmspmm.spmm_heuristic(m, n, k, p.N, p.M, p.L, True, num_sms, clusters)
-    return int(kernel), int(split)
+    cc = 90
+    if torch.cuda.is_available():
+        major, minor = torch.cuda.get_device_capability()
+        cc = major * 10 + minor
+    kernel, split = torch.ops.nmspmm.spmm_heuristic(m, n, k, p.N, p.M, p.L, _torch_dtype(dtype), cc, num_sms, 16)
+    return str(kernel), int(split)
 
 
 def make_nm_weight(n: int, k: int, p: S.Pattern, device: str, gen, mode: str):
@@ -476,10 +504,12 @@ def rel_err(y, ref) -> float:
     return d / r if r > 0 else d
 
 
-def nm_bytes(packed, kernel: int, m: int, es_x: int) -> int:
+def nm_bytes(packed, kernel: str, m: int, es_x: int) -> int:
+    import nmspmm
+
     n, k = packed.shape
     b = packed.values.numel() * packed.values.element_size() + packed.indices.numel()
-    if kernel in (6, 7, 8) and packed.col_info is not None:
+    if nmspmm.kernel_info(kernel).needs_col_info and packed.col_info is not None:
         b += packed.col_info.numel()
     return b + es_x * m * (n + k)
 
@@ -623,15 +653,18 @@ class Runner:
         del W, weights, semi
 
     # -------------------------------------------------------------- nmspmm
-    def _forced_plan(self, v: Variant, heur: Tuple[int, int]) -> Tuple[int, int]:
+    def _forced_plan(self, v: Variant, heur: Tuple[str, int]) -> Tuple[Optional[str], int]:
+        import nmspmm
+
         hk, hs = heur
         if v.label in ("tiled", "packed"):
-            if hk not in COUNTERPART:
-                return -1, 0
-            tiled = hk if hk not in (6, 7, 8) else COUNTERPART[hk]
-            return (tiled if v.label == "tiled" else COUNTERPART[tiled]), hs
+            other = counterpart(hk)
+            if other is None:
+                return None, 0
+            tiled = hk if nmspmm.kernel_info(hk).family == "tiled" else other
+            return (tiled if v.label == "tiled" else counterpart(tiled)), hs
         split = v.split if v.split not in (None, -1) else (
-            hs if (v.kernel == hk or COUNTERPART.get(v.kernel) == hk) else 1)
+            hs if (v.kernel == hk or counterpart(v.kernel) == hk) else 1)
         return v.kernel, split
 
     def run_nm(self, n: int, k: int, ms: List[int], xs: Dict[int, object], prog: Progress) -> None:
@@ -659,7 +692,7 @@ class Runner:
                 for m in ms:
                     x = xs[m] if d == "fp32" else xs[m].to(_torch_dtype(d))
                     ref = x.to(torch.float64) @ wt64
-                    heur = _heuristic(m, n, k, p, self.num_sms)
+                    heur = _heuristic(m, n, k, p, self.num_sms, d)
                     for v in self.st.variants:
                         key = (m, n, k, str(p), v.label, d)
                         self.nm[key] = self._time_variant(nmspmm, ops, packed, p, v, d, m, n, k, x, ref,
@@ -679,9 +712,9 @@ class Runner:
             make = lambda pk: (lambda: nmspmm.spmm(x, pk))  # noqa: E731
         else:
             kernel, split = self._forced_plan(v, heur)
-            if kernel < 0:
+            if kernel is None:
                 return dict(rec, status="n/a", note=f"no packed/non-packed pair for heuristic kernel "
-                                                    f"{KERNEL_NAMES[heur[0]]}")
+                                                    f"{heur[0]}")
 
             def make(pk, kernel=kernel, split=split):
                 return lambda: ops.spmm_with_plan(x, pk.values, pk.indices, p.N, p.M, p.L, None, pk.col_info,
@@ -704,7 +737,7 @@ class Runner:
             if not (err < tol):  # also catches NaN
                 raise BenchAbort(
                     f"nmspmm output MISMATCH: pattern {p} variant {v.label} kernel "
-                    f"{KERNEL_NAMES.get(kernel, kernel)} split_k={s} dtype={d} m={m} n={n} k={k}: "
+                    f"{kernel} split_k={s} dtype={d} m={m} n={n} k={k}: "
                     f"relative Frobenius error {err:.3e} >= tol {tol:.1e}")
             del y
             ms_ = self.timer.bench(fn)
@@ -734,7 +767,7 @@ class Runner:
             except Exception as e:  # noqa: BLE001
                 rec["note"] = (rec.get("note", "") + f"; graph failed: {type(e).__name__}: {str(e)[:120]}").lstrip("; ")
         self._vlog(f"  {p} {v.label:8s} m={m:5d} n={n:6d} k={k:6d}  {ms_:.4f} ms  "
-                   f"[{KERNEL_NAMES.get(kernel)} s{split}] err {err:.1e}"
+                   f"[{kernel} s{split}] err {err:.1e}"
                    + (f"  graph {rec['ms_graph']:.4f} ms" if rec.get("ms_graph") else ""))
         return rec
 
@@ -758,8 +791,6 @@ class Runner:
                             continue
                         row = dict(common, impl="nmspmm", variant=v.label, pattern=str(p), N=p.N, M=p.M,
                                    L=p.L, sparsity=p.sparsity, ideal=p.ideal, **rec)
-                        if row.get("kernel") is not None:
-                            row["kernel_name"] = KERNEL_NAMES.get(int(row["kernel"]))
                         self._derive(row, s.flops, p.N / p.M)
                         self.rows.append(row)
 

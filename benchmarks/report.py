@@ -18,14 +18,12 @@ BASELINE_LABELS = {
     "dense_fp32": "fp32 (TF32 off)", "dense_tf32": "TF32", "dense_bf16": "bf16", "dense_fp16": "fp16",
     "semi24_fp16": "2:4 fp16", "semi24_bf16": "2:4 bf16",
 }
-KERNEL_NAMES = {0: "generic", 1: "decode", 2: "tiled128x128", 3: "tiled64x128", 4: "tiled32x128",
-                5: "tiled64x64", 6: "packed128x128", 7: "packed64x128", 8: "packed32x128",
-                9: "tiled128x256", 10: "tiled256x128", 11: "tiled128x128w8", 12: "decode_w4",
-                13: "decode_w8", 14: "decode_w16", 15: "decode_s128", 16: "decode_s256",
-                17: "decode_s512", 18: "warppacked128x128", 19: "warppacked64x128",
-                20: "warppacked32x128", 21: "producer128x256",
-                22: "producer128x256_tail"}
 DECODE_MAX_M = 64
+
+
+def kernel_name(row):
+    """The row's kernel: a registry name (kernel_name in CSVs written before the kernel column held it)."""
+    return row.get("kernel_name") or str(row.get("kernel"))
 
 
 def group_of(row: Dict) -> str:
@@ -139,8 +137,7 @@ def summarize(rows: List[Dict], env: Dict, variant: Optional[str] = None,
                 s["gbps_median_m_le_16"] = median([_f(r.get("gbps")) for r in small])
                 gg = [_f(r.get("gbps_graph")) for r in small if _f(r.get("gbps_graph"))]
                 s["gbps_graph_median_m_le_16"] = median(gg) if gg else None
-            s["kernels"] = dict(Counter(KERNEL_NAMES.get(int(r["kernel"]), str(r["kernel"]))
-                                        for r in sel if r.get("kernel") not in (None, "")))
+            s["kernels"] = dict(Counter(kernel_name(r) for r in sel if r.get("kernel") not in (None, "")))
             gsum[pat] = s
         out["groups"][g] = gsum
     # The 4096^3 point: % of the FP32 peak on executed FLOPs.
@@ -153,7 +150,7 @@ def summarize(rows: List[Dict], env: Dict, variant: Optional[str] = None,
                 "ms": _f(r.get("ms")), "tflops_eff": _f(r.get("tflops_eff")), "tflops_exec": te,
                 "pct_peak_at_clock": 100 * te / peak if (te and peak) else None,
                 "pct_peak_nominal": 100 * te / nominal_peak_tflops if te else None,
-                "speedup_vs_fp32": _f(r.get("speedup_vs_fp32")), "kernel": r.get("kernel_name"),
+                "speedup_vs_fp32": _f(r.get("speedup_vs_fp32")), "kernel": kernel_name(r),
             }
     dense = [r for r in rows if r.get("impl") == "dense_fp32" and r.get("status") == "ok"
              and (int(r["m"]), int(r["n"]), int(r["k"])) == (4096,) * 3]

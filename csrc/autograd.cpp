@@ -33,7 +33,7 @@ const auto& spmm_with_plan_op() {
                               .findSchemaOrThrow("nmspmm::spmm_with_plan", "")
                               .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t,
                                                 int64_t, int64_t, const OptTensor&, const OptTensor&,
-                                                const OptTensor&, int64_t, int64_t)>();
+                                                const OptTensor&, c10::string_view, int64_t)>();
   return op;
 }
 
@@ -48,7 +48,7 @@ const auto& decompress_op() {
 // The backend kernel of spmm, or of spmm_with_plan when with_plan, called below autograd.
 at::Tensor call_below_autograd(bool with_plan, const at::Tensor& x, const at::Tensor& values,
                                const at::Tensor& indices, int64_t N, int64_t M, int64_t L, const OptTensor& bias,
-                               const OptTensor& col_info, const OptTensor& packed_indices, int64_t kernel,
+                               const OptTensor& col_info, const OptTensor& packed_indices, c10::string_view kernel,
                                int64_t split_k) {
   at::AutoDispatchBelowADInplaceOrView guard;
   if (with_plan)
@@ -59,7 +59,7 @@ at::Tensor call_below_autograd(bool with_plan, const at::Tensor& x, const at::Te
 struct SpmmFunction : public torch::autograd::Function<SpmmFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& values,
                             const at::Tensor& indices, int64_t N, int64_t M, int64_t L, const OptTensor& bias,
-                            const OptTensor& col_info, const OptTensor& packed_indices, int64_t kernel,
+                            const OptTensor& col_info, const OptTensor& packed_indices, const std::string& kernel,
                             int64_t split_k, bool with_plan) {
     TORCH_CHECK(!values.requires_grad(),
                 "nmspmm.spmm: gradients for the compressed weight values are not supported; the sparse "
@@ -102,25 +102,25 @@ bool needs_grad(const at::Tensor& x, const at::Tensor& values, const OptTensor& 
 // The Autograd kernel of both ops: straight to the backend when nothing needs a gradient.
 at::Tensor spmm_autograd_impl(bool with_plan, const at::Tensor& x, const at::Tensor& values,
                               const at::Tensor& indices, int64_t N, int64_t M, int64_t L, const OptTensor& bias,
-                              const OptTensor& col_info, const OptTensor& packed_indices, int64_t kernel,
+                              const OptTensor& col_info, const OptTensor& packed_indices, c10::string_view kernel,
                               int64_t split_k) {
   if (!needs_grad(x, values, bias))
     return call_below_autograd(with_plan, x, values, indices, N, M, L, bias, col_info, packed_indices, kernel,
                                split_k);
-  return SpmmFunction::apply(x, values, indices, N, M, L, bias, col_info, packed_indices, kernel, split_k,
-                             with_plan);
+  return SpmmFunction::apply(x, values, indices, N, M, L, bias, col_info, packed_indices, std::string(kernel),
+                             split_k, with_plan);
 }
 
 at::Tensor spmm_autograd(const at::Tensor& x, const at::Tensor& values, const at::Tensor& indices, int64_t N,
                          int64_t M, int64_t L, const OptTensor& bias, const OptTensor& col_info,
                          const OptTensor& packed_indices) {
-  return spmm_autograd_impl(false, x, values, indices, N, M, L, bias, col_info, packed_indices, -1, 1);
+  return spmm_autograd_impl(false, x, values, indices, N, M, L, bias, col_info, packed_indices, "", 1);
 }
 
 at::Tensor spmm_with_plan_autograd(const at::Tensor& x, const at::Tensor& values, const at::Tensor& indices,
                                    int64_t N, int64_t M, int64_t L, const OptTensor& bias,
-                                   const OptTensor& col_info, const OptTensor& packed_indices, int64_t kernel,
-                                   int64_t split_k) {
+                                   const OptTensor& col_info, const OptTensor& packed_indices,
+                                   c10::string_view kernel, int64_t split_k) {
   return spmm_autograd_impl(true, x, values, indices, N, M, L, bias, col_info, packed_indices, kernel, split_k);
 }
 

@@ -135,24 +135,27 @@ inline std::vector<int64_t> spmm_out_shape(const at::Tensor& x, int64_t out_feat
   return s;
 }
 
-// A forced plan of spmm_with_plan (kernel id from dispatch.h, split_k): the same rules on every
+// A forced plan of spmm_with_plan (a registry kernel name, split_k): the same rules on every
 // device, so a plan a CPU test accepts is one the CUDA binding runs. (The CUDA binding also checks
-// that the device has thread-block clusters for the cluster decode kernels.)
-inline void check_plan(int64_t kernel, int64_t split_k, int64_t m, int64_t N, int64_t M, int64_t L,
-                       bool has_col_info) {
-  TORCH_CHECK(kernel >= 0, "nmspmm.spmm_with_plan: kernel must be >= 0, got ", kernel);
-  TORCH_CHECK(kernel < kNumKernels, "nmspmm.spmm_with_plan: unknown kernel ", kernel);
-  TORCH_CHECK(split_k >= 1 && split_k <= 64, "nmspmm.spmm_with_plan: split_k must be in [1, 64], got ",
-              split_k);
+// what the kernel needs of the device: compute capability, sm_90a code.) Returns the kernel.
+inline Kernel check_plan(c10::string_view name, int64_t split_k, int64_t m, int64_t N, int64_t M, int64_t L,
+                         bool has_col_info) {
+  const Kernel kernel = find_kernel(std::string(name).c_str());
+  TORCH_CHECK(kernel != Kernel::kNone, "nmspmm.spmm_with_plan: unknown kernel '", name,
+              "' (torch.ops.nmspmm.kernels() lists them)");
+  const KernelInfo& info = kernel_info(kernel);
   // Blame col_info only where it is what is missing (a packing kernel that would run with it).
-  const bool needs_col_info = !has_col_info && kernel_supports(static_cast<int>(kernel), m, N, M, L, true);
-  TORCH_CHECK(kernel_supports(static_cast<int>(kernel), m, N, M, L, has_col_info),
-              "nmspmm.spmm_with_plan: kernel ", kernel, " cannot run m=", m, " with pattern ", N, ":",
-              M, " L=", L, needs_col_info ? " without col_info" : "");
-  if (is_cluster_decode_kernel(static_cast<int>(kernel)))
-    TORCH_CHECK(split_k >= 1 && split_k <= max_decode_cluster_size(static_cast<int>(kernel)),
-                "nmspmm.spmm_with_plan: split_k of kernel ", kernel, " is its cluster size and must be in [1, ",
-                max_decode_cluster_size(static_cast<int>(kernel)), "], got ", split_k);
+  const bool needs_col_info =
+      !has_col_info && kernel_supports(kernel, m, N, M, L, true, info.dtype, info.min_cc, info.needs_sm90a);
+  TORCH_CHECK(kernel_supports(kernel, m, N, M, L, has_col_info, info.dtype, info.min_cc, info.needs_sm90a),
+              "nmspmm.spmm_with_plan: kernel ", info.name, " cannot run m=", m, " with pattern ", N, ":", M,
+              " L=", L, needs_col_info ? " without col_info" : "");
+  if (is_cluster_decode_kernel(kernel))
+    TORCH_CHECK(split_k >= 1 && split_k <= info.max_split_k, "nmspmm.spmm_with_plan: split_k of kernel ",
+                info.name, " is its cluster size and must be in [1, ", info.max_split_k, "], got ", split_k);
+  TORCH_CHECK(split_k >= 1 && split_k <= kMaxSplitK, "nmspmm.spmm_with_plan: split_k must be in [1, ",
+              kMaxSplitK, "], got ", split_k);
+  return kernel;
 }
 
 }  // namespace nmspmm

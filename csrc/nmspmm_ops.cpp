@@ -5,7 +5,13 @@
 #include <Python.h>
 #include <torch/library.h>
 
-#include "dispatch.h"
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "pattern.h"
+#include "policy.h"
+#include "registry.h"
 
 extern "C" {
 // Loading nmspmm._C from Python runs the static TORCH_LIBRARY initializers below; the module
@@ -18,16 +24,74 @@ PyObject* PyInit__C(void) {
 
 namespace nmspmm {
 
-// The plan the runtime heuristic picks for a problem (exposed for benchmarks and tests;
-// no tensors involved, so it works on any build).
-static std::vector<int64_t> spmm_heuristic(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M,
-                                           int64_t L, bool has_col_info, int64_t num_sms,
-                                           bool clusters, int64_t max_cluster) {
-  TORCH_CHECK(max_cluster >= 1, "nmspmm.spmm_heuristic: max_cluster must be >= 1, got ", max_cluster);
-  const Plan p = choose_plan(m, n, k, N, M, L, has_col_info, static_cast<int>(num_sms), clusters,
-                             static_cast<int>(std::min<int64_t>(max_cluster, 16)));
-  return {static_cast<int64_t>(p.kernel), p.split_k};
+namespace {
+
+DType dtype_of(c10::ScalarType t, const char* op) {
+  if (t == c10::ScalarType::Float) return DType::kF32;
+  if (t == c10::ScalarType::Half) return DType::kF16;
+  if (t == c10::ScalarType::BFloat16) return DType::kBF16;
+  TORCH_CHECK(false, op, ": dtype must be float32, float16 or bfloat16, got ", t);
+  return DType::kF32;
 }
+
+// The registry's kernel names, in registry order.
+std::vector<std::string> kernels_op() {
+  std::vector<std::string> names;
+  for (const KernelInfo& k : kKernelTable) names.emplace_back(k.name);
+  return names;
+}
+
+using KernelInfoTuple = std::tuple<std::string, std::string, int64_t, int64_t, int64_t, int64_t, int64_t,
+                                   int64_t, int64_t, bool, bool, bool, int64_t>;
+
+// What the registry knows of one kernel (the schema below names the fields).
+KernelInfoTuple kernel_info_op(c10::string_view name) {
+  const Kernel kernel = find_kernel(std::string(name).c_str());
+  TORCH_CHECK(kernel != Kernel::kNone, "nmspmm.kernel_info: unknown kernel '", name,
+              "' (torch.ops.nmspmm.kernels() lists them)");
+  const KernelInfo& k = kernel_info(kernel);
+  return {family_name(k.family), dtype_name(k.dtype), k.tile_m, k.tile_n, k.warps, k.min_L, k.max_M,
+          k.max_m, k.min_cc, k.needs_sm90a, k.needs_col_info, k.reads_xt, k.max_split_k};
+}
+
+// Whether a kernel can run a problem (csrc/registry.h::kernel_supports) on a device of this compute
+// capability (x 10; 90: clusters and sm_90a).
+bool kernel_supports_op(c10::string_view name, int64_t m, int64_t N, int64_t M, int64_t L, bool has_col_info,
+                        int64_t compute_capability) {
+  const Kernel kernel = find_kernel(std::string(name).c_str());
+  TORCH_CHECK(kernel != Kernel::kNone, "nmspmm.kernel_supports: unknown kernel '", name,
+              "' (torch.ops.nmspmm.kernels() lists them)");
+  const int cc = static_cast<int>(compute_capability);
+  return kernel_supports(kernel, m, N, M, L, has_col_info, kernel_info(kernel).dtype, cc, cc == 90);
+}
+
+// The plan the runtime heuristic picks for a problem on a device: (kernel name, split_k). No
+// tensors involved, so it works on any build (tests, benchmarks, tools).
+std::tuple<std::string, int64_t> spmm_heuristic(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, int64_t L,
+                                                c10::ScalarType dtype, int64_t compute_capability,
+                                                int64_t num_sms, int64_t max_cluster) {
+  const char* op = "nmspmm.spmm_heuristic";
+  TORCH_CHECK(supported_M(M), op, ": M must be a power of two in [2, ", kMaxM, "], got M=", M);
+  TORCH_CHECK(N >= 1 && N <= M, op, ": N must satisfy 1 <= N <= M, got N=", N, ", M=", M);
+  TORCH_CHECK(supported_L(L), op, ": L must be a power of two in [1, ", kMaxL, "], got L=", L);
+  TORCH_CHECK(m >= 0, op, ": m must be >= 0, got m=", m);
+  TORCH_CHECK(n >= 0 && n % L == 0, op, ": n must be >= 0 and divisible by L=", L, ", got n=", n);
+  TORCH_CHECK(k >= 0 && k % M == 0, op, ": k must be >= 0 and divisible by M=", M, ", got k=", k);
+  TORCH_CHECK(compute_capability >= 10 && compute_capability < 1000, op,
+              ": compute_capability is major * 10 + minor (e.g. 90), got ", compute_capability);
+  TORCH_CHECK(num_sms >= 1 && num_sms <= 100000, op, ": num_sms must be >= 1, got ", num_sms);
+  TORCH_CHECK(max_cluster >= 1, op, ": max_cluster must be >= 1, got ", max_cluster);
+  Problem pb{m, n, k, N, M, L};
+  pb.dtype = dtype_of(dtype, op);
+  pb.cc = static_cast<int>(compute_capability);
+  pb.num_sms = static_cast<int>(num_sms);
+  pb.max_cluster = static_cast<int>(std::min<int64_t>(max_cluster, kMaxDecodeCluster));
+  pb.sm90a = pb.cc == 90;
+  const Plan p = choose_plan(pb);
+  return {kernel_name(p.kernel), p.split_k};
+}
+
+}  // namespace
 
 TORCH_LIBRARY(nmspmm, m) {
   m.set_python_module("nmspmm._ops");
@@ -44,13 +108,27 @@ TORCH_LIBRARY(nmspmm, m) {
   m.def(
       "spmm(Tensor x, Tensor values, Tensor indices, int N, int M, int L, Tensor? bias=None, "
       "Tensor? col_info=None, Tensor? packed_indices=None) -> Tensor");
-  // spmm with an explicit kernel and split-K instead of the heuristic (tests, benchmarks).
+  // spmm with an explicit plan instead of the heuristic's: a kernel of the registry (kernels()) by
+  // name and its split-K (tests, benchmarks).
   m.def(
       "spmm_with_plan(Tensor x, Tensor values, Tensor indices, int N, int M, int L, Tensor? bias, "
-      "Tensor? col_info, Tensor? packed_indices, int kernel, int split_k) -> Tensor");
+      "Tensor? col_info, Tensor? packed_indices, str kernel, int split_k) -> Tensor");
+  // The kernel registry (csrc/registry.h): every kernel's name, and what one kernel needs and does.
+  m.def("kernels() -> str[]", &kernels_op);
   m.def(
-      "spmm_heuristic(int m, int n, int k, int N, int M, int L, bool has_col_info, int num_sms, "
-      "bool clusters=True, int max_cluster=16) -> int[]",
+      "kernel_info(str name) -> (str family, str dtype, int tile_m, int tile_n, int warps, int min_L, "
+      "int max_M, int max_m, int min_compute_capability, bool needs_sm90a, bool needs_col_info, "
+      "bool reads_xt, int max_split_k)",
+      &kernel_info_op);
+  m.def(
+      "kernel_supports(str name, int m, int N, int M, int L, bool has_col_info=False, "
+      "int compute_capability=90) -> bool",
+      &kernel_supports_op);
+  // The heuristic's plan (kernel name, split_k) for a problem: dtype of x, compute capability as
+  // major * 10 + minor, the device's SM count and largest decode cluster (16 on H100 / H200).
+  m.def(
+      "spmm_heuristic(int m, int n, int k, int N, int M, int L, ScalarType dtype, int compute_capability, "
+      "int num_sms, int max_cluster=16) -> (str, int)",
       &spmm_heuristic);
 }
 

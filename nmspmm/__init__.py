@@ -2,7 +2,7 @@
 
 Data path: nmspmm.spmm / NMLinear (Python) -> torch.ops.nmspmm.spmm (csrc/nmspmm_ops.cpp)
 -> CPU reference (csrc/cpu/ops_cpu.cpp) or the CUDA binding (csrc/cuda/spmm_ops.cpp), which asks
-the heuristic (csrc/dispatch.h) for a plan -> torch-free kernels and their launcher (csrc/cuda/kernels).
+the heuristic (csrc/policy.h) for a plan -> torch-free kernels and their launcher (csrc/cuda/kernels).
 """
 import torch as _torch
 
@@ -22,6 +22,7 @@ except (ImportError, OSError) as _e:
 
 from .format import NMWeight, col_info, compress, decompress, prune, spmm  # noqa: E402
 from .nn import NMLinear, sparsify_, sparsify_report  # noqa: E402
+from .registry import kernel_info, kernel_supports, kernels  # noqa: E402
 from . import permute, pruning  # noqa: E402  (calibrated pruning, permutations, recovery)
 
 
@@ -41,5 +42,5 @@ def build_info() -> dict:
 
 __all__ = ["NMWeight", "prune", "compress", "decompress", "col_info", "spmm", "cuda_kernels_built",
            "build_info", "PACK_TILE_N", "PACK_K_BLOCK", "NMLinear", "sparsify_", "sparsify_report",
-           "pruning", "permute"]
+           "pruning", "permute", "kernels", "kernel_info", "kernel_supports"]
 __version__ = _BUILD_INFO["version"] if _BUILD_INFO else "0.1.0"

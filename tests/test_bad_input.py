@@ -327,10 +327,10 @@ def test_indices_not_ascending(kind, device):
 # spmm_with_plan
 
 
-@pytest.mark.parametrize("kernel", [23, 100, -1])
+@pytest.mark.parametrize("kernel", ["tiled_f32_1x1", "", "6"])
 def test_plan_unknown_kernel(kernel, device):
     _, _, values, indices = _packed(device)
-    with raises(r"nmspmm.spmm_with_plan: (unknown kernel|kernel must be >= 0)"):
+    with raises(r"nmspmm.spmm_with_plan: unknown kernel '" + kernel + "'"):
         ops.spmm_with_plan(torch.randn(3, 64, device=device), values, indices, 2, 4, 16, None, None,
                            None, kernel, 1)
 
@@ -340,7 +340,7 @@ def test_plan_bad_split_k(split_k, device):
     _, _, values, indices = _packed(device)
     with raises(r"nmspmm.spmm_with_plan: split_k must be (>= 1|in \[1, 64\]), got " + str(split_k)):
         ops.spmm_with_plan(torch.randn(3, 64, device=device), values, indices, 2, 4, 16, None, None,
-                           None, 1, split_k)
+                           None, "decode_f32_splitk", split_k)
 
 
 # The CPU op refuses the same plans as the CUDA binding (checks.h check_plan).
@@ -351,9 +351,9 @@ PLAN_DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
 def test_plan_checked_for_empty_input(device):
     # No rows to compute is no reason to accept a plan that could not run.
     _, _, values, indices = _packed(device)
-    with raises(r"kernel 6 cannot run m=0 with pattern 2:4 L=16 without col_info"):
+    with raises(r"kernel packed_f32_128x128 cannot run m=0 with pattern 2:4 L=16 without col_info"):
         ops.spmm_with_plan(torch.randn(0, 64, device=device), values, indices, 2, 4, 16, None, None,
-                           None, 6, 1)
+                           None, "packed_f32_128x128", 1)
 
 
 @pytest.mark.parametrize("device", PLAN_DEVICES)
@@ -361,50 +361,50 @@ def test_plan_split_k_too_large(device):
     _, _, values, indices = _packed(device)
     with raises(r"split_k must be in \[1, 64\], got 65"):
         ops.spmm_with_plan(torch.randn(3, 64, device=device), values, indices, 2, 4, 16, None, None,
-                           None, 1, 65)
+                           None, "decode_f32_splitk", 65)
 
 
 @pytest.mark.parametrize("device", PLAN_DEVICES)
 def test_plan_packed_kernel_without_col_info(device):
     _, _, values, indices = _packed(device)
-    with raises(r"kernel 6 cannot run m=3 with pattern 2:4 L=16 without col_info"):
+    with raises(r"kernel packed_f32_128x128 cannot run m=3 with pattern 2:4 L=16 without col_info"):
         ops.spmm_with_plan(torch.randn(3, 64, device=device), values, indices, 2, 4, 16, None, None,
-                           None, 6, 1)
+                           None, "packed_f32_128x128", 1)
 
 
 @pytest.mark.parametrize("device", PLAN_DEVICES)
 def test_plan_decode_kernel_for_large_m(device):
     _, _, values, indices = _packed(device)
-    with raises(r"kernel 1 cannot run m=32 with pattern 2:4 L=16"):
+    with raises(r"kernel decode_f32_splitk cannot run m=32 with pattern 2:4 L=16"):
         ops.spmm_with_plan(torch.randn(32, 64, device=device), values, indices, 2, 4, 16, None, None,
-                           None, 1, 1)
+                           None, "decode_f32_splitk", 1)
 
 
 @pytest.mark.parametrize("device", PLAN_DEVICES)
 def test_plan_cluster_decode_split_k_is_a_cluster_size(device):
     _, _, values, indices = _packed(device)
-    with raises(r"split_k of kernel 12 is its cluster size and must be in \[1, 16\], got 17"):
+    with raises(r"split_k of kernel decode_f32_cluster_w4 is its cluster size and must be in \[1, 16\], got 17"):
         ops.spmm_with_plan(torch.randn(2, 64, device=device), values, indices, 2, 4, 16, None, None,
-                           None, 12, 17)
-    with raises(r"split_k of kernel 15 is its cluster size and must be in \[1, 16\], got 17"):
+                           None, "decode_f32_cluster_w4", 17)
+    with raises(r"split_k of kernel decode_f32_staged_128 is its cluster size and must be in \[1, 16\], got 17"):
         ops.spmm_with_plan(torch.randn(2, 64, device=device), values, indices, 2, 4, 16, None, None,
-                           None, 15, 17)
+                           None, "decode_f32_staged_128", 17)
 
 
 @pytest.mark.parametrize("device", PLAN_DEVICES)
 def test_plan_cluster_decode_kernel_above_its_m(device):
     _, _, values, indices = _packed(device)
-    with raises(r"kernel 14 cannot run m=5 with pattern 2:4 L=16"):
+    with raises(r"kernel decode_f32_cluster_w16 cannot run m=5 with pattern 2:4 L=16"):
         ops.spmm_with_plan(torch.randn(5, 64, device=device), values, indices, 2, 4, 16, None, None,
-                           None, 14, 1)
+                           None, "decode_f32_cluster_w16", 1)
 
 
 @pytest.mark.parametrize("device", PLAN_DEVICES)
 def test_plan_tiled_kernel_for_small_L(device):
     _, _, values, indices = _packed(device, L=4)
-    with raises(r"kernel 2 cannot run m=32 with pattern 2:4 L=4"):
+    with raises(r"kernel tiled_f32_128x128 cannot run m=32 with pattern 2:4 L=4"):
         ops.spmm_with_plan(torch.randn(32, 64, device=device), values, indices, 2, 4, 4, None, None,
-                           None, 2, 1)
+                           None, "tiled_f32_128x128", 1)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """The CUDA kernels, on a GPU (every test is cuda-marked and skipped without one).
 
-Each supported (kernel id, split-K) is forced with torch.ops.nmspmm.spmm_with_plan and compared
+Each supported (registry kernel, split-K) is forced with torch.ops.nmspmm.spmm_with_plan and compared
 with float64 dense matmul of the decompressed weight; the heuristic path (spmm) likewise.
 
 Tolerances (float32): ||y - ref|| / ||ref|| < 1e-5, and elementwise
@@ -23,29 +23,38 @@ import pytest
 import torch
 import torch.nn as nn
 
+import nmspmm
+
 pytestmark = pytest.mark.cuda
 
 ops = torch.ops.nmspmm
 DEV = "cuda"
 
-GENERIC, DECODE = 0, 1
-TILED = (2, 3, 4, 5, 9, 10, 11)
-TILED_M32 = (9, 10)  # k-block 32 only
-PACKED = (6, 7, 8)
-CLUSTER = {12: 2, 13: 2, 14: 2, 15: 16, 16: 16, 17: 16}  # cluster decode kernel -> largest m (sm_90)
-STAGED = (15, 16, 17)  # of which the staged decode kernels (x staged in shared memory)
-WARP_PACKED = (18, 19, 20)  # L >= 32, any M
-PRODUCER = (21, 22)  # sm_90, L >= 32, patterns with 8 / 12 / 16 compressed rows per 32 inputs (or 4:32);
-# 22: kernel 21 with split-K on the last round's tiles only (all tiles on grids of at most one round)
-NUM_KERNELS = 23
+KERNELS = nmspmm.kernels()
+INFO = {name: nmspmm.kernel_info(name) for name in KERNELS}
 
 
-def producer_wb(N, M):
-    """csrc/dispatch.h::producer_shape: compressed rows per stage of kernels 21, 22 (0: not built for it)."""
-    if M > 32 or 32 % M:
-        return 0
-    wb = 32 // M * N
-    return wb if wb in (8, 12, 16) else 8 if wb == 4 else 0
+def family(*names):
+    return tuple(k for k in KERNELS if INFO[k].family in names)
+
+
+GENERIC, DECODE = "generic_f32", "decode_f32_splitk"
+TILED = family("tiled")
+PACKED = family("packed")
+# The decode kernels launched as thread-block clusters (sm_90; split_k = cluster size) -> largest m.
+CLUSTER = {k: INFO[k].max_m for k in family("decode_cluster", "decode_staged")}
+STAGED = family("decode_staged")  # of which the staged decode kernels (x staged in shared memory)
+WARP_PACKED = family("warp_packed")  # L >= 32, any M
+PRODUCER = family("producer", "producer_tail")  # sm_90a, L >= 32, 4 / 8 / 12 / 16 compressed rows per 32 inputs
+# Kernels named by the tests below (all from the registry).
+T128, T64, T32, T64X64 = "tiled_f32_128x128", "tiled_f32_64x128", "tiled_f32_32x128", "tiled_f32_64x64"
+P128, P64, P32 = "packed_f32_128x128", "packed_f32_64x128", "packed_f32_32x128"
+CL_W4, CL_W8, CL_W16 = "decode_f32_cluster_w4", "decode_f32_cluster_w8", "decode_f32_cluster_w16"
+ST_128, ST_256, ST_512 = "decode_f32_staged_128", "decode_f32_staged_256", "decode_f32_staged_512"
+WP128, WP64, WP32 = "warp_packed_f32_128x128", "warp_packed_f32_64x128", "warp_packed_f32_32x128"
+PROD, TAIL = "producer_f32_128x256_sm90a", "producer_tail_f32_128x256_sm90a"
+assert all(k in INFO for k in (T128, T64, T32, T64X64, P128, P64, P32, CL_W4, CL_W8, CL_W16, ST_128, ST_256, ST_512,
+                                 WP128, WP64, WP32, PROD, TAIL))
 
 
 def decode_m(kernel, m, other):
@@ -59,31 +68,27 @@ def decode_m(kernel, m, other):
 
 
 def supports(kernel, m, N, M, L, has_col_info=True):
-    """csrc/dispatch.h::kernel_supports."""
-    if kernel == GENERIC:
-        return True
-    if kernel == DECODE:
-        return L >= 4 and m <= 16
-    if kernel in CLUSTER:
-        return L >= 4 and m <= CLUSTER[kernel]
-    if kernel in TILED_M32:
-        return L >= 16 and M <= 32
-    if kernel in TILED:
-        return L >= 16 and M <= 64
-    if kernel in WARP_PACKED:
-        return L >= 32
-    if kernel in PRODUCER:
-        return L >= 32 and producer_wb(N, M) > 0
-    return L >= 16 and M <= 64 and has_col_info
+    """The registry's kernel_supports on an sm_90 device (the kernels the tests force)."""
+    return nmspmm.kernel_supports(kernel, m, N, M, L, has_col_info, 90)
 
 
 def num_sms():
     return torch.cuda.get_device_properties(0).multi_processor_count
 
 
+def compute_capability():
+    major, minor = torch.cuda.get_device_capability()
+    return major * 10 + minor
+
+
+def heuristic(m, w, dtype=torch.float32):
+    """The heuristic's plan (kernel name, split_k) on this device (max_cluster 16: H100 / H200)."""
+    return ops.spmm_heuristic(m, w.n, w.k, w.N, w.M, w.L, dtype, compute_capability(), num_sms(), 16)
+
+
 def cluster_split():
     """Whether the tiled kernels' split-K of 2 reduces inside a thread-block cluster here
-    (csrc/dispatch.h::plan_reduces_in_cluster; NMSPMM_NO_CLUSTER_SPLIT=1 turns it off)."""
+    (csrc/registry.h::plan_reduces_in_cluster; NMSPMM_NO_CLUSTER_SPLIT=1 turns it off)."""
     return torch.cuda.get_device_capability()[0] >= 9 and os.environ.get("NMSPMM_NO_CLUSTER_SPLIT") != "1"
 
 
@@ -158,10 +163,10 @@ def run_plan(w, x, kernel, split_k, bias=None, with_col_info=True):
 
 def effective_split(w, m, kernel, split_k, with_col_info=True):
     if kernel is None:
-        kernel, split_k = ops.spmm_heuristic(m, w.n, w.k, w.N, w.M, w.L, with_col_info, num_sms())
+        kernel, split_k = heuristic(m, w)
     if kernel == GENERIC or kernel in CLUSTER:
         return 1
-    if split_k == 2 and cluster_split() and kernel not in PRODUCER:
+    if split_k == 2 and cluster_split() and kernel in TILED + PACKED + WARP_PACKED:
         return 1  # reduced in a cluster, no workspace
     return split_k  # workspace blocks
 
@@ -189,12 +194,12 @@ def check(y, ref, scale, dtype=torch.float32):
 
 
 def producer_tail_tiles(m, n):
-    """csrc/dispatch.h::producer_tail_tiles: kernel 22's split tiles (the grid's last round)."""
+    """csrc/registry.h::producer_tail_tiles: the tail variant's split tiles (the grid's last round)."""
     return math.ceil(m / 128) * math.ceil(n / 256) % num_sms()
 
 
 def workspace_numel(w, m, kernel, split_k, with_col_info=True):
-    if kernel == 22:
+    if kernel == TAIL:
         return producer_tail_tiles(m, w.n) * split_k * 128 * 256 if split_k > 1 else 0
     return effective_split(w, m, kernel, split_k, with_col_info) * m * w.n
 
@@ -233,7 +238,7 @@ def _plan_cases():
             for s in (splits if kernel != GENERIC else (1,)):
                 cases.append(pytest.param(kernel, N, M, L, m, s, id=f"k{kernel}-{N}:{M}-L{L}-m{m}-s{s}"))
 
-    for kernel, (N, M), m in itertools.product(range(NUM_KERNELS), PATTERNS_ALL, MS):
+    for kernel, (N, M), m in itertools.product(KERNELS, PATTERNS_ALL, MS):
         add(kernel, N, M, 32, m, (1, 2, 8) if kernel in CLUSTER else (1, 2, 4))
     # Cluster sizes that are not powers of two: the last rank reduces a shorter slice of the tile.
     for kernel, (N, M), m in itertools.product(CLUSTER, PATTERNS, MS):
@@ -242,7 +247,7 @@ def _plan_cases():
     # more splits than k-blocks (8, 16: empty splits), with 17 and 255 rows.
     for kernel, (N, M), m in itertools.product(TILED + PACKED + WARP_PACKED + PRODUCER, PATTERNS, (17, 255)):
         add(kernel, N, M, 32, m, (3, 5, 6, 7, 8, 10, 12, 16))
-    for L, kernel, (N, M), m in itertools.product((4, 16, 64, 128), range(NUM_KERNELS), PATTERNS_ALL, MS_OTHER_L):
+    for L, kernel, (N, M), m in itertools.product((4, 16, 64, 128), KERNELS, PATTERNS_ALL, MS_OTHER_L):
         add(kernel, N, M, L, m, (1, 4))
     for L, (N, M), m in itertools.product((1, 2, 8), PATTERNS_ALL, MS_OTHER_L):
         add(GENERIC, N, M, L, m, (1,))
@@ -272,7 +277,7 @@ def test_auto_path_matches_fp64(pattern, L, with_col_info):
 
 
 @pytest.mark.parametrize("kernel,split_k", [(None, 1)] + [(k, s) for k in TILED + PACKED + WARP_PACKED + PRODUCER for s in (1, 2)] +
-                         [(21, 5), (18, 3), (19, 7), (2, 6)])
+                         [(PROD, 5), (WP128, 3), (WP64, 7), (T128, 6)])
 @pytest.mark.parametrize("m", [1000, 4096])
 @pytest.mark.parametrize("pattern", [(2, 4), (8, 32)], ids=lambda p: f"{p[0]}:{p[1]}")
 def test_large_m(pattern, m, kernel, split_k):
@@ -283,8 +288,8 @@ def test_large_m(pattern, m, kernel, split_k):
 @pytest.mark.parametrize("split_k", [2, 3, 5, 16])
 @pytest.mark.parametrize("pattern", [(16, 32), (12, 32), (8, 32), (4, 32), (2, 4)], ids=lambda p: f"{p[0]}:{p[1]}")
 def test_tail_split_on_a_multi_round_grid(pattern, split_k):
-    """Kernel 22 on grids of more than one round with a partial last one (m and n tails too): the
-    whole tiles equal kernel 21 with split 1 bit for bit (same k order), the tail's split tiles match
+    """The tail variant on grids of more than one round with a partial last one (m and n tails too):
+    the whole tiles equal the plain warp-specialized kernel with split 1 bit for bit (same k order), the tail's split tiles match
     fp64, and repeated calls give the same bits."""
     N, M = pattern
     n, k = 4640, 2048  # 19 column tiles, the last 32 columns wide
@@ -294,9 +299,9 @@ def test_tail_split_on_a_multi_round_grid(pattern, split_k):
         pytest.skip("no multi-round grid with a tail on this device")
     w = large_weight(n, k, N, M)
     x = torch.randn(m, k, device=DEV)
-    y = run_checked(w, x, 22, split_k, w.bias)
-    assert torch.equal(y, run_plan(w, x, 22, split_k, w.bias))
-    whole = run_plan(w, x, 21, 1, w.bias)
+    y = run_checked(w, x, TAIL, split_k, w.bias)
+    assert torch.equal(y, run_plan(w, x, TAIL, split_k, w.bias))
+    whole = run_plan(w, x, PROD, 1, w.bias)
     mt = math.ceil(m / 128)
     tiles, tail = mt * 19, producer_tail_tiles(m, n)
     same = torch.zeros_like(y, dtype=torch.bool)
@@ -324,15 +329,15 @@ def test_llama_shapes(shape, pattern):
     # Forced plans: decode with and without split-K, every tiled and packed kernel.
     # The staged decode kernels at these k run several double-buffered x chunks per block.
     # Cluster decode kernels also with non-portable clusters of 11 to 16 blocks.
-    for kernel, split_k, m in [(DECODE, 1, 16), (DECODE, 8, 3), (12, 8, 1), (12, 2, 2), (13, 1, 1),
-                               (12, 16, 1), (12, 11, 2), (13, 16, 2), (14, 16, 1), (14, 4, 2), (15, 1, 16),
-                               (15, 8, 5), (15, 16, 8), (15, 13, 16), (16, 2, 9), (16, 4, 1), (16, 14, 16), (17, 1, 3), (17, 8, 16),
-                               (17, 16, 4)] + [(k, s, 256) for k in TILED + PACKED + WARP_PACKED + PRODUCER for s in (1, 4)]:
+    for kernel, split_k, m in [(DECODE, 1, 16), (DECODE, 8, 3), (CL_W4, 8, 1), (CL_W4, 2, 2), (CL_W8, 1, 1),
+                               (CL_W4, 16, 1), (CL_W4, 11, 2), (CL_W8, 16, 2), (CL_W16, 16, 1), (CL_W16, 4, 2), (ST_128, 1, 16),
+                               (ST_128, 8, 5), (ST_128, 16, 8), (ST_128, 13, 16), (ST_256, 2, 9), (ST_256, 4, 1), (ST_256, 14, 16), (ST_512, 1, 3), (ST_512, 8, 16),
+                               (ST_512, 16, 4)] + [(k, s, 256) for k in TILED + PACKED + WARP_PACKED + PRODUCER for s in (1, 4)]:
         run_checked(w, torch.randn(m, w.k, device=DEV), kernel, split_k, w.bias)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
-@pytest.mark.parametrize("kernel,split_k", [(None, 1), (GENERIC, 1), (DECODE, 2), (12, 2), (3, 2), (7, 1)])
+@pytest.mark.parametrize("kernel,split_k", [(None, 1), (GENERIC, 1), (DECODE, 2), (CL_W4, 2), (T64, 2), (P64, 1)])
 def test_half_precision(kernel, split_k, dtype):
     N, M, L = 4, 32, 32
     w = small_weight(N, M, L)
@@ -355,12 +360,12 @@ def test_half_precision(kernel, split_k, dtype):
 # ----------------------------------------------------------------------------------------------
 # layouts, shapes, repetition, determinism
 
-FAMILIES = [(GENERIC, 1), (DECODE, 1), (DECODE, 4), (12, 1), (14, 8), (15, 2), (17, 1), (2, 1), (4, 2), (5, 1), (6, 1), (8, 2),
-            (18, 1), (21, 1), (21, 3), (None, 1)]
+FAMILIES = [(GENERIC, 1), (DECODE, 1), (DECODE, 4), (CL_W4, 1), (CL_W16, 8), (ST_128, 2), (ST_512, 1), (T128, 1), (T32, 2), (T64X64, 1), (P128, 1), (P32, 2),
+            (WP128, 1), (PROD, 1), (PROD, 3), (None, 1)]
 
 
 def fam_id(p):
-    return "auto" if p[0] is None else f"k{p[0]}-s{p[1]}"
+    return "auto" if p[0] is None else f"{p[0]}-s{p[1]}"
 
 
 @pytest.mark.parametrize("plan", FAMILIES, ids=fam_id)
@@ -416,8 +421,8 @@ def test_repeated_calls_and_interleaved_shapes():
         check(y0, ref, scale)
 
 
-DET_PLANS = [(GENERIC, 1), (DECODE, 1), (DECODE, 2), (DECODE, 8), (DECODE, 32), (12, 1), (12, 8), (13, 4),
-             (14, 2), (15, 1), (16, 8), (17, 4), (None, 1)] + \
+DET_PLANS = [(GENERIC, 1), (DECODE, 1), (DECODE, 2), (DECODE, 8), (DECODE, 32), (CL_W4, 1), (CL_W4, 8), (CL_W8, 4),
+             (CL_W16, 2), (ST_128, 1), (ST_256, 8), (ST_512, 4), (None, 1)] + \
     [(k, s) for k in TILED + PACKED + WARP_PACKED + PRODUCER for s in (1, 2, 3, 4, 16)]
 
 
@@ -491,9 +496,9 @@ def test_workspace_split_repeated_and_graphed():
     values, indices, N, M, L, (cols, packed) = w.args()
     x = torch.randn(200, w.k, device=DEV)
     small = torch.randn(40, w.k, device=DEV)
-    # A tiled, a warp-packed and the warp-specialized kernels (22: every tile of this grid is a tail
+    # A tiled, a warp-packed and the warp-specialized kernels (the tail variant: every tile of this grid is a tail
     # tile, through its own workspace).
-    for k in (5, 19, 21, 22):
+    for k in (T64X64, WP64, PROD, TAIL):
         first = ops.spmm_with_plan(x, values, indices, N, M, L, None, None, None, k, 4)
         ref, scale = w.reference(x, None)
         check(first, ref, scale)
@@ -524,8 +529,8 @@ def test_overlapped_launches_bitwise_equal_plain_stream_order(tmp_path):
         pytest.skip("no programmatic dependent launch on this device")
     w = large_weight(512, 2048, 4, 32)
     cases = [(300, [(k, s) for k in TILED for s in (1, 2, 4)] + [(k, 2) for k in PACKED]),
-             (16, [(DECODE, 8), (2, 4), (15, 7), (17, 4), (16, 2)]),
-             (1, [(12, 8), (14, 4), (13, 2), (12, 8)])]
+             (16, [(DECODE, 8), (T128, 4), (ST_128, 7), (ST_512, 4), (ST_256, 2)]),
+             (1, [(CL_W4, 8), (CL_W16, 4), (CL_W8, 2), (CL_W4, 8)])]
     for i, (m, plans) in enumerate(cases):
         x = torch.randn(m, w.k, device=DEV)
         x.mul_(2.0)  # x comes from a kernel launched just before the op
@@ -536,7 +541,7 @@ def test_launch_during_transpose_bitwise_equals_plain_stream_order(tmp_path):
     # On sm_90 the tiled, packing and warp-packed kernels launch while the x transpose before them
     # runs (programmatic dependent launch), fetch their index bytes, values and col_info, and wait for
     # the transpose before they copy from xT; grids that leave room on their SMs get padded shared
-    # memory. The bits must be those of plain stream order (NMSPMM_XT_OVERLAP=0): sub-wave grids of
+    # memory. The bits must be those of plain stream order (NMSPMM_NO_XT_OVERLAP=1): sub-wave grids of
     # every tile (m = 40), several blocks per SM (300) and several rounds (1000), splits through the
     # cluster and the workspace; 16:32 (run-time stage shape) and 4:32 (the fixed-WB kernels).
     if not cluster_split():
@@ -548,7 +553,7 @@ def test_launch_during_transpose_bitwise_equals_plain_stream_order(tmp_path):
             x = torch.randn(m, w.k, device=DEV)
             x.mul_(2.0)  # x comes from a kernel launched just before the op
             assert_switch_keeps_bits(tmp_path, f"{N}_{m}", w, x, plans, "overlapped and plain launches",
-                                     NMSPMM_XT_OVERLAP="0")
+                                     NMSPMM_NO_XT_OVERLAP="1")
 
 
 def test_chain_reads_previous_output():
@@ -582,7 +587,7 @@ def test_bulk_store_bitwise_equals_thread_stores(tmp_path):
         assert_switch_keeps_bits(tmp_path, i, w, x, plans, "bulk and per-thread stores", NMSPMM_NO_BULK_STORE="1")
 
 
-CHAIN_PLANS = [(12, 8), (13, 4), (14, 2), (15, 7), (16, 8), (17, 4), (DECODE, 4), (None, 1)]
+CHAIN_PLANS = [(CL_W4, 8), (CL_W8, 4), (CL_W16, 2), (ST_128, 7), (ST_256, 8), (ST_512, 4), (DECODE, 4), (None, 1)]
 
 
 @pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph"])
@@ -622,7 +627,7 @@ def test_back_to_back_decode_calls(plan, graph):
         check(y, ref, scale)
 
 
-@pytest.mark.parametrize("plan", [(12, 8), (14, 4), (15, 8), (17, 2), (None, 1)], ids=fam_id)
+@pytest.mark.parametrize("plan", [(CL_W4, 8), (CL_W16, 4), (ST_128, 8), (ST_512, 2), (None, 1)], ids=fam_id)
 def test_weight_written_by_the_previous_call(plan):
     # One call's output used at once as the next call's `values`. The decode kernels may load weight
     # rows before they wait for the kernel before them, so the binding must launch this call in
@@ -643,7 +648,7 @@ def test_weight_written_by_the_previous_call(plan):
         pos = torch.rand(kb // M, nb // L, M, device=DEV, generator=gen).argsort(-1)[..., :N].sort(-1).values
         idx_b = pos.permute(0, 2, 1).reshape(rows, nb // L).to(torch.uint8).contiguous()
         poison(16 * 2048)
-        ya = run_plan(wa, xa, 17, 1)  # no kernel may run between the two calls
+        ya = run_plan(wa, xa, ST_512, 1)  # no kernel may run between the two calls
         vb = ya.view(rows, nb)
         if kernel is None:
             yb = ops.spmm(xb, vb, idx_b, N, M, L)
@@ -670,14 +675,14 @@ def test_binding_runs_the_heuristic_plan(shape, m):
         w = large_weight(n, k, N, 32)
         vals, idx = w.args()[:2]
         x = torch.randn(m, k, device=DEV)
-        kernel, split_k = ops.spmm_heuristic(m, n, k, N, 32, 32, False, num_sms())
+        kernel, split_k = heuristic(m, w)
         y = ops.spmm(x, vals, idx, N, 32, 32)
         y_plan = ops.spmm_with_plan(x, vals, idx, N, 32, 32, None, None, None, kernel, split_k)
         assert torch.equal(y, y_plan), (shape, m, N, kernel, split_k)
 
 
-@pytest.mark.parametrize("kernel,split_k", [(DECODE, 16), (DECODE, 64), (12, 8), (12, 16), (14, 8), (15, 8),
-                                            (17, 8)])
+@pytest.mark.parametrize("kernel,split_k", [(DECODE, 16), (DECODE, 64), (CL_W4, 8), (CL_W4, 16), (CL_W16, 8), (ST_128, 8),
+                                            (ST_512, 8)])
 def test_more_splits_than_windows(kernel, split_k):
     # Decode with more k-splits than windows: the empty splits contribute zeros.
     w = small_weight(2, 32, 32)  # k = 224: 7 windows
@@ -743,7 +748,7 @@ def test_cuda_graph_capture_and_replay(m, with_col_info):
         check(static_y, ref, scale)
 
 
-@pytest.mark.parametrize("plan", [(DECODE, 8), (12, 8), (14, 4), (16, 4), (3, 4), (2, 2), (3, 16), (7, 2), (GENERIC, 1)],
+@pytest.mark.parametrize("plan", [(DECODE, 8), (CL_W4, 8), (CL_W16, 4), (ST_256, 4), (T64, 4), (T128, 2), (T64, 16), (P64, 2), (GENERIC, 1)],
                          ids=fam_id)
 def test_cuda_graph_forced_split_k(plan):
     kernel, split_k = plan

@@ -5,6 +5,8 @@ import pytest
 import torch
 from torch.library import opcheck
 
+import nmspmm
+
 ops = torch.ops.nmspmm
 
 
@@ -100,11 +102,9 @@ def test_opcheck_spmm_generic_pattern_with_grad(device):
     opcheck(ops.spmm, (x, values, indices, N, M, L))
 
 
-# One valid plan for every kernel id (valid on the GPU too: decode needs m <= 16 and L >= 4, the
-# cluster decode kernels m <= 2, the staged decode kernels m <= 16, the tiled and packed kernels
-# L >= 16, the packed ones col_info).
-PLANS = [(0, 1), (1, 1), (1, 4), (2, 1), (3, 2), (4, 1), (5, 2), (6, 1), (7, 2), (8, 1), (9, 1), (10, 2),
-         (11, 1), (12, 2), (13, 1), (14, 8), (15, 1), (16, 2), (17, 8)]
+# A valid plan for every registry kernel (on the GPU too: m = 2 suits every decode kernel; the
+# warp-specialized kernels need a device of compute capability 9.0 with sm_90a code).
+PLANS = [(k, s) for k in nmspmm.kernels() for s in (1, 2)]
 
 
 @pytest.mark.parametrize("kernel,split_k", PLANS)
@@ -113,7 +113,10 @@ def test_opcheck_spmm_with_plan(kernel, split_k, device):
     _, _, values, indices = _weight(256, 128, N, M, L, torch.float32, device)
     cols, packed = ops.col_info(indices, N, M, L)
     bias = torch.randn(256, device=device)
-    rows = 2 if 12 <= kernel <= 14 else 8  # the cluster decode kernels (12-14) take m <= 2
+    if torch.device(device).type == "cuda" and nmspmm.kernel_info(kernel).min_compute_capability > 0 and \
+            torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip(f"{kernel} needs compute capability 9.0")
+    rows = max(2, min(8, nmspmm.kernel_info(kernel).max_m or 8))  # the cluster decode kernels take m <= 2
     for x in (torch.randn(rows, 128, device=device), torch.randn(2, rows // 2, 128, device=device)):
         opcheck(ops.spmm_with_plan, (x, values, indices, N, M, L, bias, cols, packed, kernel, split_k))
 
@@ -122,11 +125,11 @@ def test_opcheck_spmm_with_plan_autograd(device):
     N, M, L = 2, 4, 16
     _, _, values, indices = _weight(64, 64, N, M, L, torch.float32, device)
     x = torch.randn(4, 64, device=device, requires_grad=True)
-    opcheck(ops.spmm_with_plan, (x, values, indices, N, M, L, None, None, None, 0, 1),
+    opcheck(ops.spmm_with_plan, (x, values, indices, N, M, L, None, None, None, "generic_f32", 1),
             test_utils=("test_autograd_registration",))
 
 
 def test_opcheck_spmm_heuristic():
-    # No tensors: only the schema can be checked; the result is a list of two ints.
-    plan = ops.spmm_heuristic(64, 4096, 4096, 2, 4, 32, True, 132)
-    assert isinstance(plan, list) and len(plan) == 2 and all(isinstance(v, int) for v in plan)
+    # No tensors: only the schema can be checked; the result is (kernel name, split_k).
+    plan = ops.spmm_heuristic(64, 4096, 4096, 2, 4, 32, torch.float32, 90, 132)
+    assert isinstance(plan, tuple) and len(plan) == 2 and plan[0] in nmspmm.kernels() and isinstance(plan[1], int)

@@ -453,7 +453,8 @@ def test_spmm_half_precision(case, dtype, device, nm):
     nm.assert_close_to_ref(y, ref, scale, **half_tol(dtype))
 
 
-@pytest.mark.parametrize("kernel,split_k", [(k, s) for k in range(18) if not 12 <= k <= 14 for s in (1, 2)])
+@pytest.mark.parametrize("kernel,split_k", [(k, s) for k in nmspmm.kernels() for s in (1, 2)
+                                            if nmspmm.kernel_supports(k, 8, 2, 8, 32, True)])
 def test_spmm_with_plan_cpu_matches_spmm(kernel, split_k, nm):
     # On the CPU the plan is accepted and ignored (one reference implementation); the CUDA plans
     # are tested in test_cuda_kernels.py.
@@ -558,11 +559,11 @@ def test_spmm_bias_grad_only(device, nm):
 
 @pytest.mark.parametrize("with_bias", [False, True], ids=["nobias", "bias"])
 def test_spmm_with_plan_backward_matches_dense(with_bias, device, nm):
-    # The generic kernel (0) on every device; on CUDA also a tiled plan (kernel 4, split 2).
+    # The generic kernel on every device; on CUDA also a tiled plan (tiled_f32_32x128, split 2).
     N, M, L = 4, 32, 32
     values, indices = nm.random_packed(64, 128, N, M, L, device=device)
     dense = nm.ref_decompress(values, indices, N, M, L).double()
-    plans = [(0, 1)] + ([(4, 2)] if values.is_cuda else [])
+    plans = [("generic_f32", 1)] + ([("tiled_f32_32x128", 2)] if values.is_cuda else [])
     for kernel, split_k in plans:
         x = torch.randn(20, 128, device=device, requires_grad=True)
         bias = torch.randn(64, device=device, requires_grad=True) if with_bias else None
@@ -574,7 +575,7 @@ def test_spmm_with_plan_backward_matches_dense(with_bias, device, nm):
         if with_bias:
             torch.testing.assert_close(bias.grad.double(), grad_y.double().sum(0), rtol=1e-5, atol=1e-5)
     with torch.no_grad():
-        y = ops.spmm_with_plan(x, values, indices, N, M, L, bias, None, None, 0, 1)
+        y = ops.spmm_with_plan(x, values, indices, N, M, L, bias, None, None, "generic_f32", 1)
     assert not y.requires_grad and y.grad_fn is None
 
 

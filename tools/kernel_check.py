@@ -16,19 +16,11 @@ import torch
 import nmspmm
 
 ops = torch.ops.nmspmm
-NAMES = {0: "generic", 1: "decode", 2: "t128x128", 3: "t64x128", 4: "t32x128", 5: "t64x64",
-         6: "p128x128", 7: "p64x128", 8: "p32x128", 9: "t128x256", 10: "t256x128", 11: "t128x128w8",
-         12: "decode_w4", 13: "decode_w8", 14: "decode_w16", 15: "decode_s128", 16: "decode_s256",
-         17: "decode_s512", 18: "wp128x128", 19: "wp64x128", 20: "wp32x128", 21: "ws128x256",
-         22: "ws128x256_tail"}
-CLUSTER_DECODE_MAX_M = {12: 2, 13: 2, 14: 2, 15: 16, 16: 16, 17: 16}
-
-
 def make(n, k, N, M, L, device="cuda"):
     w = torch.randn(n, k)
     mask = torch.rand(n // L, k // M, M).argsort(-1).argsort(-1) < N  # random N:M pattern
     mask = mask.repeat_interleave(L, 0).reshape(n, k)
-    p = nmspmm.compress(w, N, M, L, mask=mask)
+    p = nmspmm.compress(w, N, M, L, mask=mask).with_col_info()  # for the packing kernels too
     return p.to(device), nmspmm.decompress(p).to(device)
 
 
@@ -38,19 +30,8 @@ def run(x, p, kernel, split):
 
 
 def supports(kernel, m, p):
-    if kernel == 1:
-        return m <= 16 and p.L >= 4
-    if kernel in CLUSTER_DECODE_MAX_M:
-        return m <= CLUSTER_DECODE_MAX_M[kernel] and p.L >= 4
-    if kernel in (9, 10):
-        return p.L >= 16 and p.M <= 32
-    if kernel in (2, 3, 4, 5, 11):
-        return p.L >= 16
-    if kernel in (6, 7, 8):
-        return p.L >= 16
-    if kernel in (18, 19, 20):
-        return p.L >= 32
-    return True
+    major, minor = torch.cuda.get_device_capability()
+    return nmspmm.kernel_supports(kernel, m, p.N, p.M, p.L, p.col_info is not None, major * 10 + minor)
 
 
 def check(args):
@@ -68,16 +49,17 @@ def check(args):
             x = torch.randn(m, k, device="cuda")
             bias = torch.randn(n, device="cuda")
             ref = x.double() @ wd.double().t()
-            for kernel in NAMES:
+            for kernel in nmspmm.kernels():
                 if not supports(kernel, m, p):
                     continue
-                for split in (1, 3) if 0 < kernel < 12 else (1, 2, 8) if kernel >= 12 else (1,):
+                family = nmspmm.kernel_info(kernel).family
+                for split in (1,) if family == "generic" else (1, 2, 8) if family.startswith("decode_") else (1, 3):
                     y = run(x, p, kernel, split)
                     err = ((y.double() - ref).norm() / ref.norm()).item()
                     ok = err < 1e-5 and not torch.isnan(y).any()
                     if not ok:
                         bad += 1
-                        print(f"FAIL m={m} n={n} k={k} {N}:{M} L={L} {NAMES[kernel]} split={split} err={err:.3e}")
+                        print(f"FAIL m={m} n={n} k={k} {N}:{M} L={L} {kernel} split={split} err={err:.3e}")
             yb = ops.spmm(x, p.values, p.indices, N, M, L, bias, p.col_info, p.packed_indices)
             errb = ((yb.double() - ref - bias.double()).norm() / ref.norm()).item()
             if not errb < 1e-5:
@@ -106,19 +88,21 @@ def perf(args):
             p, wd = make(n, k, N, M, L)
             x = torch.randn(m, k, device="cuda")
             t_dense = bench(lambda: torch.nn.functional.linear(x, wd))
-            heur = ops.spmm_heuristic(m, n, k, N, M, L, True, sms)
+            major, minor = torch.cuda.get_device_capability()
+            heur = ops.spmm_heuristic(m, n, k, N, M, L, torch.float32, major * 10 + minor, sms, 16)
             t_auto = bench(lambda: nmspmm.spmm(x, p))
             best = (1e9, None)
-            kernels = [1] if m <= 16 else [k for k in range(2, 12) if supports(k, m, p)]
+            kernels = ["decode_f32_splitk"] if m <= 16 else [
+                c for c in nmspmm.kernels() if nmspmm.kernel_info(c).family in ("tiled", "packed") and supports(c, m, p)]
             for kernel in kernels:
                 for split in (1, 2, 4, 8) if m > 16 else (1, 4, 8, 16, 32):
                     t = bench(lambda: run(x, p, kernel, split))
-                    rows.append(dict(m=m, n=n, k=k, N=N, M=M, L=L, kernel=NAMES[kernel], split=split,
+                    rows.append(dict(m=m, n=n, k=k, N=N, M=M, L=L, kernel=kernel, split=split,
                                      ms=t, dense_ms=t_dense, speedup=t_dense / t))
                     if t < best[0]:
-                        best = (t, (NAMES[kernel], split))
+                        best = (t, (kernel, split))
             eff = 2 * m * n * k * N / M / (best[0] * 1e-3) / 1e12
-            print(f"{N}:{M} m={m:5d} n={n:5d} k={k:5d} dense {t_dense:.4f} ms | auto {NAMES[heur[0]]}/{heur[1]} "
+            print(f"{N}:{M} m={m:5d} n={n:5d} k={k:5d} dense {t_dense:.4f} ms | auto {heur[0]}/{heur[1]} "
                   f"{t_auto:.4f} ms {t_dense / t_auto:.2f}x | best {best[1]} {best[0]:.4f} ms "
                   f"{t_dense / best[0]:.2f}x exec {eff:.1f} TFLOP/s", flush=True)
     return rows

@@ -23,6 +23,12 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 KDIR = os.path.join("csrc", "cuda", "kernels")
 
 
+def anon(symbol):
+    """The symbol with its anonymous-namespace hash removed (it changes with the file's contents)."""
+    symbol = re.sub(r"GLOBAL__N__[0-9a-f]+", "anon", symbol)
+    return re.sub(r"(_anon_\d+_\w+?_cu_)[0-9a-f]{8}", r"\1anon", symbol)
+
+
 def sass_by_function(src_root, name, out_dir, cuobjdump):
     """{function: (normalized instruction lines, registers)} of one .cu file."""
     cubin = os.path.join(out_dir, name + ".cubin")
@@ -32,15 +38,15 @@ def sass_by_function(src_root, name, out_dir, cuobjdump):
     res = subprocess.run([cuobjdump, "-res-usage", cubin], check=True, capture_output=True, text=True).stdout
     regs = {}
     for fn, r in re.findall(r"Function (\S+):\s*\n\s*REG:(\d+)", res):
-        regs[re.sub(r"GLOBAL__N__[0-9a-f]+", "anon", fn)] = int(r)
+        regs[anon(fn)] = int(r)
     funcs, cur = {}, None
     for line in text.splitlines():
         m = re.search(r"Function : (\S+)", line)
         if m:
-            cur = re.sub(r"GLOBAL__N__[0-9a-f]+", "anon", m.group(1))
+            cur = anon(m.group(1))
             funcs[cur] = []
         elif cur and re.match(r"\s+/\*[0-9a-f]{4,}\*/", line):
-            ins = re.sub(r"/\*[0-9a-f]+\*/", "", line).split(";")[0].strip()
+            ins = anon(re.sub(r"/\*[0-9a-f]+\*/", "", line).split(";")[0].strip())
             funcs[cur].append(ins)
     return {f: (ins, regs.get(f)) for f, ins in funcs.items()}
 

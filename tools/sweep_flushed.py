@@ -1,13 +1,14 @@
-"""Time the prefill plans of both kernel families (tiled 2-5, 9-11 and warp-packed 18-20, x split-K)
+"""Time the prefill plans of both kernel families (tiled and warp-packed, x split-K)
 the way the benchmark times a call: L2 flushed (256 MB zeroed) before every call, CUDA events around
 the call alone, median. For fitting the heuristic's cost models.
 
     python tools/sweep_flushed.py --grid nmspmm100 --ms 256,512,1024,2048,4096 --out DIR
     python tools/sweep_flushed.py --grid llama --ms 32,64,128,256,512,1024 --out DIR
 
-Candidates per shape are the heuristic's own (csrc/dispatch.h: splits 1, 2, 4, ..., 16 keeping >= 4
-k-blocks / stages; kernel 11 only under one block per SM); a split > 1 is skipped where the grid
-without it already fills two waves, and the 128x256 / 256x128 tiles at m <= 512. Writes flushed_sweep.csv (one row per shape x plan: m, n, k, N, M,
+Candidates per shape: every tiled and warp-packed kernel of the registry (nmspmm.kernels()) that runs
+the pattern, with splits 1, 2, 4, ..., 16 keeping >= 4 k-blocks of 32 (the 8-warp 128x128 tile only
+under one block per SM); a split > 1 is skipped where the grid without it already fills two waves
+of 2 blocks per SM, and the 8-warp 128x256 / 256x128 tiles at m <= 512. Writes flushed_sweep.csv (one row per shape x plan: m, n, k, N, M,
 L, kernel, split, ms, reps, heur_kernel, heur_split); each plan's output is checked against the
 heuristic plan's (a mismatch is printed and recorded in rel_diff). --kernels restricts the candidates
 (the heuristic's plan is always timed)."""
@@ -27,33 +28,26 @@ import nmspmm  # noqa: E402
 from shapes import NMSPMM100_NK, llama_shapes  # noqa: E402
 
 ops = torch.ops.nmspmm
-SMS_DEFAULT = 132
-TILE = {2: (128, 128, 2), 3: (64, 128, 2), 4: (32, 128, 4), 5: (64, 64, 4), 9: (128, 256, 1),
-        10: (256, 128, 1), 11: (128, 128, 2), 18: (128, 128, 2), 19: (64, 128, 3), 20: (32, 128, 4)}
-WP_WB = {18: 12, 19: 16, 20: 16}
-# Kernel 21's k-block by compressed rows per 32 inputs (producer_shape in csrc/dispatch.h).
-PRODUCER_KB = {16: 32, 12: 32, 8: 64, 4: 128}
 
 
 def candidates(m, n, k, N, M, sms, kernels=None):
     out = []
-    for c, (bm, bn, bps) in TILE.items():
-        if kernels is not None and c not in kernels:
+    for c in nmspmm.kernels():
+        info = nmspmm.kernel_info(c)
+        if info.family not in ("tiled", "warp_packed") or (kernels is not None and c not in kernels):
             continue
-        if c in WP_WB:
-            units = math.ceil(k // M * N / WP_WB[c])       # stages of WB compressed rows
-        else:
-            if c in (9, 10) and M > 32:
-                continue
-            units = math.ceil(k / (32 if M <= 32 else 64))  # k-blocks
-        ctas1 = math.ceil(m / bm) * math.ceil(n / bn)
+        if not nmspmm.kernel_supports(c, m, N, M, 32, False):
+            continue
+        units = math.ceil(k / 32)  # k-blocks of 32
+        ctas1 = math.ceil(m / info.tile_m) * math.ceil(n / info.tile_n)
+        wide = info.tile_m * info.tile_n > 128 * 128
         s = 1
         while s <= 16:
-            if s > 1 and (units // s < 4 or ctas1 >= 2 * sms * bps):
+            if s > 1 and (units // s < 4 or ctas1 >= 4 * sms):
                 break
-            if c in (9, 10) and m <= 512:  # 128x256 / 256x128 tiles under a wave: never the best
+            if wide and m <= 512:  # 128x256 / 256x128 tiles under a wave: never the best
                 break
-            if not (c == 11 and ctas1 * s >= sms):
+            if not (info.family == "tiled" and info.warps == 8 and not wide and ctas1 * s >= sms):
                 out.append((c, s))
             s *= 2
     return out
@@ -110,9 +104,9 @@ def main():
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--name", default="flushed_sweep.csv")
     ap.add_argument("--budget-s", type=float, default=300)
-    ap.add_argument("--kernels", default="", help="comma-separated kernel ids (default: all)")
+    ap.add_argument("--kernels", default="", help="comma-separated registry kernel names (default: all)")
     args = ap.parse_args()
-    kernels = {int(v) for v in args.kernels.split(",")} if args.kernels else None
+    kernels = set(args.kernels.split(",")) if args.kernels else None
     ms = [int(v) for v in args.ms.split(",")]
     Ns = [int(v) for v in args.Ns.split(",")]
     if args.grid == "nmspmm100":
@@ -121,6 +115,8 @@ def main():
         nks = sorted({(s.n, s.k) for s in llama_shapes(None, [ms[0]])})
     torch.manual_seed(0)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
+    major, minor = torch.cuda.get_device_capability()
+    cc = major * 10 + minor
     timer = Flushed()
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, args.name)
@@ -139,7 +135,7 @@ def main():
                 for N in Ns:
                     p = weights[N]
                     x = torch.randn(m, k, device="cuda")
-                    heur = tuple(ops.spmm_heuristic(m, n, k, N, 32, 32, False, sms))
+                    heur = tuple(ops.spmm_heuristic(m, n, k, N, 32, 32, torch.float32, cc, sms, 16))
                     y0 = ops.spmm(x, p.values, p.indices, N, 32, 32)
                     scale = y0.abs().max().item() + 1e-30
                     plans = candidates(m, n, k, N, 32, sms, kernels)

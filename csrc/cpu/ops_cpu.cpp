@@ -237,7 +237,7 @@ at::Tensor spmm_with_plan_cpu(const at::Tensor& x, const at::Tensor& values,
                               const at::Tensor& indices, int64_t N, int64_t M, int64_t L,
                               const std::optional<at::Tensor>& bias,
                               const std::optional<at::Tensor>& col_info,
-                              const std::optional<at::Tensor>& packed_indices, int64_t kernel,
+                              const std::optional<at::Tensor>& packed_indices, c10::string_view kernel,
                               int64_t split_k) {
   // The CPU computes the reference whatever the plan, but refuses the plans the CUDA binding
   // refuses (same rules, checks.h), so a test that passes here runs there.

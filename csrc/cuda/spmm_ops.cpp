@@ -1,6 +1,6 @@
 // CUDA binding of nmspmm::spmm and nmspmm::spmm_with_plan: checks the arguments, turns tensors
-// into pointers, asks the heuristic (csrc/dispatch.h) for a plan and launches the torch-free
-// kernels (csrc/cuda/kernels) on the current stream. Nothing here synchronizes; the only
+// into pointers, asks the heuristic (csrc/policy.h) for a plan and runs it through the torch-free
+// launcher (csrc/cuda/kernels/spmm_launch.h) on the current stream. Nothing here synchronizes; the only
 // allocations are the output, the k-major copy of x for the tiled kernels and, for split-K
 // reduced off chip, a workspace, all from PyTorch's caching allocator (so the op is CUDA-graph
 // capturable). On sm_90 split-K reduces inside a thread-block cluster and needs no workspace.
@@ -11,9 +11,12 @@
 #include <cstdlib>
 #include <mutex>
 
+#include "../ab_switches.h"
 #include "../checks.h"
-#include "../dispatch.h"
+#include "../policy.h"
+#include "../registry.h"
 #include "kernels/spmm.h"
+#include "kernels/spmm_launch.h"
 
 namespace nmspmm {
 
@@ -33,6 +36,7 @@ namespace {
 // of 16 do not fit).
 struct DeviceFacts {
   int sms = 132;
+  int cc = 0;  // compute capability x 10
   bool clusters = false;
   int decode_max_cluster = 8;
 };
@@ -47,54 +51,15 @@ const DeviceFacts& device_facts(int device) {
   std::call_once(queried[device], [device] {
     DeviceFacts f;
     C10_CUDA_CHECK(cudaDeviceGetAttribute(&f.sms, cudaDevAttrMultiProcessorCount, device));
-    int major = 0;
+    int major = 0, minor = 0;
     C10_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+    f.cc = major * 10 + minor;
     f.clusters = major >= 9;
     if (f.clusters) C10_CUDA_CHECK(kernels::decode_cluster_max_size(&f.decode_max_cluster));
     facts[device] = f;
   });
   return facts[device];
-}
-
-// NMSPMM_NO_CLUSTER_SPLIT=1 (read once) reduces the tiled kernels' split-K through the workspace
-// even where clusters exist: an A/B switch for measuring the cluster reduction, not a tuning knob.
-bool cluster_split_enabled() {
-  static const bool enabled = [] {
-    const char* e = std::getenv("NMSPMM_NO_CLUSTER_SPLIT");
-    return e == nullptr || e[0] != '1';
-  }();
-  return enabled;
-}
-
-// NMSPMM_NO_OVERLAP=1 (read once) launches the split-K reduction and the sm_90 decode kernels in
-// plain stream order (no programmatic dependent launch): an A/B switch, not a tuning knob.
-bool overlap_enabled() {
-  static const bool enabled = [] {
-    const char* e = std::getenv("NMSPMM_NO_OVERLAP");
-    return e == nullptr || e[0] != '1';
-  }();
-  return enabled;
-}
-
-// NMSPMM_XT_OVERLAP=0 (read once) launches the
-// tiled, packing and warp-packed kernels in plain stream order after the x transpose instead of with
-// programmatic dependent launch (kernels::SpmmParams::dependent_launch). An A/B switch, not a tuning knob.
-bool xt_overlap_enabled() {
-  static const bool enabled = [] {
-    const char* e = std::getenv("NMSPMM_XT_OVERLAP");
-    return e == nullptr || e[0] != '0';
-  }();
-  return enabled;
-}
-
-// NMSPMM_NO_BULK_STORE=1 (read once) writes the tiled kernels' output tiles with per-thread stores
-// instead of staging them in shared memory for bulk copies: an A/B switch, not a tuning knob.
-bool bulk_store_enabled() {
-  static const bool enabled = [] {
-    const char* e = std::getenv("NMSPMM_NO_BULK_STORE");
-    return e == nullptr || e[0] != '1';
-  }();
-  return enabled;
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -169,16 +134,20 @@ bool decode_launch_may_overlap(const at::Tensor& values, const at::Tensor& indic
   const WeightHazardTable::Range writes[2] = {range_of(y), {}};
   const bool safe =
       weight_hazards().check_and_record(y.get_device(), c10::cuda::getCurrentCUDAStream(), reads, writes);
-  return safe && overlap_enabled();
+  return safe && ab_switches().overlap;
 }
 
 namespace {
 
-// forced: the plan (kernel, split_k) of spmm_with_plan; else the heuristic picks it.
+DType dtype_of(at::ScalarType t) {
+  return t == at::kHalf ? DType::kF16 : t == at::kBFloat16 ? DType::kBF16 : DType::kF32;
+}
+
+// forced: the plan (kernel name, split_k) of spmm_with_plan; else the heuristic picks it.
 at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const at::Tensor& indices,
                           int64_t N, int64_t M, int64_t L, const std::optional<at::Tensor>& bias,
                           const std::optional<at::Tensor>& col_info,
-                          const std::optional<at::Tensor>& packed_indices, int64_t kernel,
+                          const std::optional<at::Tensor>& packed_indices, c10::string_view forced_kernel,
                           int64_t split_k, bool forced) {
   const int64_t in = check_compressed(values, indices, N, M, L);
   check_spmm_inputs(x, values, bias, in);
@@ -200,7 +169,8 @@ at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const a
     if (auto y_half = spmm_half_decode(x2, values, indices, N, M, L, bias)) return y_half->reshape(out_shape);
     if (auto y_half = spmm_half_prefill(x2, values, indices, N, M, L, bias)) return y_half->reshape(out_shape);
   }
-  // The other kernels compute in float32; half-precision inputs are upcast.
+  // The registry's fp32 kernels: a dtype without a native kernel for the call is upcast and the
+  // result cast back (the documented fallback, docs/kernels.md).
   if (dtype != at::kFloat) x2 = x2.to(at::kFloat);
   if (x2.stride(1) != 1 || (x2.size(0) > 1 && x2.stride(0) < in)) x2 = x2.contiguous();
   at::Tensor vals = values.to(at::kFloat).contiguous();
@@ -213,22 +183,32 @@ at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const a
   const int64_t m = x2.size(0);
   const DeviceFacts& device = device_facts(x.get_device());
   const bool clusters = device.clusters;
+  Plan plan{Kernel::kNone, 1};
   if (forced) {  // spmm_with_plan: the plan is checked even for an empty input, as on the CPU
-    check_plan(kernel, split_k, m, N, M, L, has_col_info);
-    TORCH_CHECK(!is_cluster_decode_kernel(static_cast<int>(kernel)) || clusters,
-                "nmspmm.spmm_with_plan: kernel ", kernel,
-                " uses thread-block clusters and needs compute capability 9.0 or newer");
-    TORCH_CHECK(!is_producer_kernel(static_cast<int>(kernel)) || clusters, "nmspmm.spmm_with_plan: kernel ",
-                kernel, " uses tensor copies and mbarriers and needs compute capability 9.0 or newer");
+    plan = {check_plan(forced_kernel, split_k, m, N, M, L, has_col_info), static_cast<int>(split_k)};
+    const KernelInfo& info = kernel_info(plan.kernel);
+    TORCH_CHECK(device.cc >= info.min_cc, "nmspmm.spmm_with_plan: kernel ", info.name,
+                " needs compute capability ", info.min_cc / 10, ".", info.min_cc % 10,
+                " or newer (thread-block clusters), this device has ", device.cc / 10, ".", device.cc % 10);
+    TORCH_CHECK(!info.needs_sm90a || device.cc == 90, "nmspmm.spmm_with_plan: kernel ", info.name,
+                " is built for sm_90a only (tensor copies, mbarriers, setmaxnreg), this device has compute "
+                "capability ", device.cc / 10, ".", device.cc % 10);
   }
   if (in == 0) return spmm_no_inputs(x, out, bias).reshape(out_shape);
   at::Tensor y = at::empty({m, out}, x.options().dtype(at::kFloat));
   if (m == 0 || out == 0) return y.to(dtype).reshape(out_shape);
 
-  Plan plan = forced ? Plan{static_cast<int>(kernel), static_cast<int>(split_k)}
-                     : choose_plan(m, out, in, N, M, L, has_col_info, device.sms, clusters,
-                                   device.decode_max_cluster);
-  if (plan.kernel == kGeneric) plan.split_k = 1;
+  if (!forced) {
+    Problem pb{m, out, in, N, M, L};
+    pb.dtype = dtype_of(dtype);
+    pb.cc = device.cc;
+    pb.num_sms = device.sms;
+    pb.max_cluster = device.decode_max_cluster;
+    pb.has_col_info = has_col_info;
+    pb.sm90a = device.cc == 90;
+    plan = choose_plan(pb);
+  }
+  if (plan.kernel == Kernel::kGenericF32) plan.split_k = 1;
 
   const at::Tensor idx = (is_packed_kernel(plan.kernel) ? *packed_indices : indices).contiguous();
   at::Tensor cols = has_col_info ? col_info->contiguous() : at::Tensor();
@@ -236,9 +216,10 @@ at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const a
   at::Tensor workspace, xt;
   // Cluster decode kernels always reduce on chip; the tiled kernels' split-K does where the
   // device has clusters (unless switched off for A/B timing).
-  const bool cluster_split = clusters && cluster_split_enabled();
+  const AbSwitches& ab = ab_switches();
+  const bool cluster_split = clusters && ab.cluster_split;
   const bool cluster_reduce = plan_reduces_in_cluster(plan.kernel, plan.split_k, cluster_split);
-  if (plan.kernel == kProducerTail128x256)  // split partial tiles of the tail only (may be none)
+  if (plan.kernel == Kernel::kProducerTailF32_128x256)  // split partial tiles of the tail only (may be none)
     workspace = at::empty({producer_tail_workspace_floats(m, out, plan.split_k, device.sms)}, y.options());
   else if (plan_uses_workspace(plan.kernel, plan.split_k, cluster_split))
     workspace = at::empty({plan.split_k, m, out}, y.options());
@@ -264,9 +245,9 @@ at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const a
   p.L = static_cast<int>(L);
   p.split_k = plan.split_k;
   p.cluster_reduce = cluster_reduce && !is_cluster_decode_kernel(plan.kernel);
-  p.overlap_launches = clusters && overlap_enabled();
+  p.overlap_launches = clusters && ab.overlap;
   // y and the workspace come from the caching allocator (aligned); rows need n % 4 == 0.
-  p.bulk_store = clusters && bulk_store_enabled() && out % 4 == 0 && aligned16(p.y) &&
+  p.bulk_store = clusters && ab.bulk_store && out % 4 == 0 && aligned16(p.y) &&
                  (p.workspace == nullptr || aligned16(p.workspace));
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   // Without dependent launches (no clusters, or switched off) nothing starts early: no table.
@@ -279,11 +260,10 @@ at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const a
   }
   // The tiled, packing and warp-packed kernels start during the x transpose launched just before
   // them in plain stream order (so after everything before the call): no weight hazard.
-  if (is_warp_packed_kernel(plan.kernel) || is_tiled_kernel(plan.kernel) || is_packed_kernel(plan.kernel) ||
-      is_producer_kernel(plan.kernel))
-    p.dependent_launch = p.overlap_launches && xt_overlap_enabled();
+  if (kernel_reads_xt(plan.kernel))
+    p.dependent_launch = p.overlap_launches && ab.xt_overlap;
   const cudaError_t err = kernels::launch_spmm(p, plan.kernel, stream);
-  TORCH_CHECK(err == cudaSuccess, "nmspmm.spmm: kernel ", plan.kernel, " (split_k=", plan.split_k,
+  TORCH_CHECK(err == cudaSuccess, "nmspmm.spmm: kernel ", kernel_name(plan.kernel), " (split_k=", plan.split_k,
               ") failed for m=", m, " n=", out, " k=", in, ": ", cudaGetErrorString(err));
   if (dtype != at::kFloat) y = y.to(dtype);
   return y.reshape(out_shape);
@@ -293,14 +273,14 @@ at::Tensor spmm_cuda(const at::Tensor& x, const at::Tensor& values, const at::Te
                      int64_t M, int64_t L, const std::optional<at::Tensor>& bias,
                      const std::optional<at::Tensor>& col_info,
                      const std::optional<at::Tensor>& packed_indices) {
-  return spmm_cuda_impl(x, values, indices, N, M, L, bias, col_info, packed_indices, -1, 1,
+  return spmm_cuda_impl(x, values, indices, N, M, L, bias, col_info, packed_indices, "", 1,
                         /*forced=*/false);
 }
 
 at::Tensor spmm_with_plan_cuda(const at::Tensor& x, const at::Tensor& values, const at::Tensor& indices,
                                int64_t N, int64_t M, int64_t L, const std::optional<at::Tensor>& bias,
                                const std::optional<at::Tensor>& col_info,
-                               const std::optional<at::Tensor>& packed_indices, int64_t kernel,
+                               const std::optional<at::Tensor>& packed_indices, c10::string_view kernel,
                                int64_t split_k) {
   return spmm_cuda_impl(x, values, indices, N, M, L, bias, col_info, packed_indices, kernel, split_k,
                         /*forced=*/true);

@@ -1,5 +1,7 @@
-// Torch-free C++ entry points of the SpMM kernels: raw pointers, sizes, a CUDA stream and an
-// error code. The op binding (csrc/cuda/spmm_ops.cpp) is the only caller.
+// The parameters of the fp32 SpMM kernels: raw pointers, sizes and launch options, shared by every
+// fp32 kernel file and the launcher (spmm_launch.h). Torch-free. The 16-bit kernels take their own
+// dtype-tagged parameters (half/spmm_half.h); this struct stays float-typed because its layout is
+// part of the decode kernels' code (see below).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -55,10 +57,6 @@ static_assert(sizeof(SpmmParams) == 128, "SpmmParams changed size: check the dec
 
 // Row length of the k-major copy of x that the tiled and packed kernels read.
 inline int64_t tiled_xt_ld(int64_t m) { return (m + 3) / 4 * 4; }
-
-// Runs kernel `kernel` (a KernelId from csrc/dispatch.h) with p.split_k splits of k.
-// Returns cudaErrorInvalidValue for a kernel that cannot run this pattern, else the launch status.
-cudaError_t launch_spmm(const SpmmParams& p, int kernel, cudaStream_t stream);
 
 // The largest cluster (split_k) the decode kernels can be launched with on the current device: 16
 // where it places one of the m = 1 cluster decode kernel with 4 warps per block and one of the

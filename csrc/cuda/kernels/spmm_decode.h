@@ -7,7 +7,7 @@ namespace nmspmm {
 namespace kernels {
 
 // Largest cluster of the decode kernels: above 8 blocks a cluster size is non-portable (H100 and
-// H200 take 16). Matches max_decode_cluster_size in dispatch.h.
+// H200 take 16). Matches kMaxDecodeCluster in csrc/registry.h.
 constexpr int kMaxDecodeClusterSize = 16;
 
 // m <= 2, L >= 4: `warps` warps per block (4, 8 or 16) and p.split_k blocks per cluster

@@ -24,8 +24,8 @@
 // Tails: the tensor copies zero-fill rows past k (A) and w (B) and columns past ldxt (A) and n (B);
 // the last stage of the last split may hold fewer than WB compressed rows (k % KB != 0), which the
 // math walks one by one. Split-K: gridDim.z splits the k-blocks; each split writes its partial tile
-// to the workspace, reduced in fixed order by reduce_splits (deterministic, no atomics). TAIL (kernel
-// 22): a 1-D grid of the tiles (m-tile fastest) whose last `tail` tiles alone are split (csrc/dispatch.h,
+// to the workspace, reduced in fixed order by reduce_splits (deterministic, no atomics). TAIL (the tail
+// variant): a 1-D grid of the tiles (m-tile fastest) whose last `tail` tiles alone are split (csrc/registry.h,
 // producer_tail_tiles): blocks [0, tiles - tail) compute whole tiles into y, the rest one split of a
 // tail tile each into a compact workspace [split_k][tail][BM][BN], which reduce_tail_tiles_kernel
 // sums in fixed order (+ bias). Epilogue:

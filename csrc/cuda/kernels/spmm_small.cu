@@ -1,25 +1,19 @@
-// SpMM kernels outside the tiled family, and the launcher that dispatches a KernelId:
-//  * decode (m <= 16; on sm_90 the heuristic takes the cluster decode kernels of
+// The SpMM kernels outside the tiled families and their launch functions (spmm_small.h):
+//  * decode_f32_splitk (m <= 16; on sm_90 the heuristic takes the cluster decode kernels of
 //    spmm_decode_cluster.cu for m <= 2 and the staged ones of spmm_decode_staged.cu for most of
 //    3..16): memory-bound; streams the compressed weight once with
 //    16-byte loads (for m in 5..8 a warp's batch of 16 rows all in flight before its math), the
 //    k dimension split over blocks (and over the warps of a block), x staged in shared memory;
-//  * generic: any pattern (L = 1, 2, ...): one thread per output column and 4 rows;
+//  * generic_f32: any pattern (L = 1, 2, ...): one thread per output column and 4 rows;
 //  * transpose_x: the k-major copy of x (NM-SpMM's column-major A) that the tiled kernels read;
 //  * reduce_splits: the fixed-order split-K reduction (+ bias) that keeps results deterministic.
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstdlib>
 
-#include "../../dispatch.h"
 #include "launch_overlap.cuh"
-#include "smem_limit.h"
 #include "spmm.h"
-#include "spmm_decode.h"
-#include "spmm_producer.h"
-#include "spmm_tiled.h"
-#include "spmm_warp_packed.h"
+#include "spmm_small.h"
 
 namespace nmspmm {
 namespace kernels {
@@ -230,16 +224,6 @@ __global__ void __launch_bounds__(kTransposeTile* kTransposeRows)
   }
 }
 
-cudaError_t launch_transpose_x(const SpmmParams& p, cudaStream_t stream) {
-  if (p.xt == nullptr || p.ldxt < p.m || p.ldxt % 4 != 0) return cudaErrorInvalidValue;
-  const int64_t bx = (p.ldxt + kTransposeTile - 1) / kTransposeTile;
-  const int64_t by = (p.k + kTransposeTile - 1) / kTransposeTile;
-  if (bx > 0x7fffffff || by > 65535) return cudaErrorInvalidConfiguration;
-  transpose_x_kernel<<<dim3(static_cast<unsigned>(bx), static_cast<unsigned>(by)),
-                       dim3(kTransposeTile, kTransposeRows), 0, stream>>>(p.x, p.ldx, p.m, p.k, p.xt,
-                                                                            p.ldxt);
-  return cudaGetLastError();
-}
 
 // y = sum_{z < splits} workspace[z] (+ bias), in fixed z order. n % 4 == 0.
 __global__ void reduce_splits_kernel(const float* __restrict__ ws, int splits, int64_t mn, int64_t n,
@@ -268,150 +252,38 @@ cudaError_t launch_decode(const SpmmParams& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-// NMSPMM_NO_FIXED_WB=1 (read once) runs the runtime-WB kernels where a fixed-WB variant exists:
-// an A/B switch for measuring the fixed-WB kernels, not a tuning knob.
-bool fixed_wb_enabled() {
-  static const bool enabled = [] {
-    const char* e = std::getenv("NMSPMM_NO_FIXED_WB");
-    return e == nullptr || e[0] != '1';
-  }();
-  return enabled;
-}
-
-// NMSPMM_NO_KB64=1 (read once) runs the k-block-32 WB = 4 variant where the k-block-64 WB = 8 one
-// exists: an A/B switch, not a tuning knob.
-bool kb64_enabled() {
-  static const bool enabled = [] {
-    const char* e = std::getenv("NMSPMM_NO_KB64");
-    return e == nullptr || e[0] != '1';
-  }();
-  return enabled;
-}
-
-template <int BM, int BN, int TM, int KB, bool PACKED>
-cudaError_t launch_tiled_any_l(const SpmmParams& p, cudaStream_t stream) {
-  if (p.L >= 32) {
-    if constexpr (KB == 32 && !PACKED) {
-      // Fixed-WB variants for 4, 8, 12 or 16 compressed rows per k-block.
-      if (fixed_wb_enabled()) {
-        if constexpr (has_kb64_variant<BM, BN, TM>()) {
-          // 4:32 (and 2:16, 1:8) with k-blocks of 64: 8 rows per stage instead of 4.
-          if (kb64_enabled() && 64 % p.M == 0 && 64 / p.M * p.N == 8)
-            return launch_tiled<TiledConfig<BM, BN, TM, 64, false, true, 8>>(p, stream);
-        }
-        switch (KB / p.M * p.N) {
-          case 4: return launch_tiled<TiledConfig<BM, BN, TM, KB, false, true, 4>>(p, stream);
-          case 8: return launch_tiled<TiledConfig<BM, BN, TM, KB, false, true, 8>>(p, stream);
-          case 12: return launch_tiled<TiledConfig<BM, BN, TM, KB, false, true, 12>>(p, stream);
-          case 16: return launch_tiled<TiledConfig<BM, BN, TM, KB, false, true, 16>>(p, stream);
-          default: break;
-        }
-      }
-    }
-    return launch_tiled<TiledConfig<BM, BN, TM, KB, PACKED, true>>(p, stream);
-  }
-  return launch_tiled<TiledConfig<BM, BN, TM, KB, PACKED, false>>(p, stream);
-}
-
-// Calls f(ConfigTag<ProducerConfig<...>>{}) with kernel 21's / 22's config for the pattern's k-block
-// and compressed rows per k-block (producer_shape); cudaErrorInvalidValue where none is built. (A tag:
-// ProducerConfig is only declared here, its definition lives with the kernel.)
-template <class C>
-struct ConfigTag {
-  using type = C;
-};
-template <class F>
-cudaError_t with_producer_config(const SpmmParams& p, F&& f) {
-  const ProducerShape s = producer_shape(p.N, p.M);
-  if (s.kb == 32 && s.wb == 12) return f(ConfigTag<ProducerConfig<1, 8, 32, 12, 4>>{});
-  if (s.kb == 32 && s.wb == 16) return f(ConfigTag<ProducerConfig<1, 8, 32, 16, 4>>{});
-  if (s.kb == 64 && s.wb == 16) return f(ConfigTag<ProducerConfig<1, 8, 64, 16, 3>>{});
-  if (s.kb == 128 && s.wb == 16) return f(ConfigTag<ProducerConfig<1, 8, 128, 16, 2>>{});
-  return cudaErrorInvalidValue;
-}
-
-cudaError_t launch_producer_any(const SpmmParams& p, cudaStream_t stream) {
-  return with_producer_config(p, [&](auto c) { return launch_producer<typename decltype(c)::type>(p, stream); });
-}
-
-// Kernel 22: kernel 21 with split-K on the tail only; the tail is producer_tail_tiles on this device's
-// SM count (queried once per device), as the binding sized the workspace.
-cudaError_t launch_producer_tail_any(const SpmmParams& p, cudaStream_t stream) {
-  static int sms[kMaxDevices] = {};
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) return cudaErrorInvalidDevice;
-  if (sms[dev] == 0 && cudaDeviceGetAttribute(&sms[dev], cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-    return cudaErrorInvalidDevice;
-  const int64_t tail = producer_tail_tiles(p.m, p.n, sms[dev]);
-  return with_producer_config(p, [&](auto c) { return launch_producer_tail<typename decltype(c)::type>(p, stream, tail); });
-}
-
-template <int BM, int BN, int TM>
-cudaError_t launch_nonpacked(const SpmmParams& p, cudaStream_t stream) {
-  if (p.M <= 32) return launch_tiled_any_l<BM, BN, TM, 32, false>(p, stream);
-  return launch_tiled_any_l<BM, BN, TM, 64, false>(p, stream);
-}
-
 }  // namespace
 
-cudaError_t launch_spmm(const SpmmParams& p, int kernel, cudaStream_t stream) {
-  if (!kernel_supports(kernel, p.m, p.N, p.M, p.L, p.col_info != nullptr)) return cudaErrorInvalidValue;
-  if (p.split_k < 1) return cudaErrorInvalidValue;
-  // cluster_reduce only where the plan can reduce in a cluster; otherwise split-K needs the workspace.
-  if (p.cluster_reduce && !plan_reduces_in_cluster(kernel, p.split_k, true)) return cudaErrorInvalidValue;
-  if (p.cluster_reduce && is_cluster_decode_kernel(kernel)) return cudaErrorInvalidValue;
-  // Kernel 22 launches its own reduction and checks its (tail-sized, possibly empty) workspace.
-  const bool uses_split = kernel != kProducerTail128x256 && plan_uses_workspace(kernel, p.split_k, p.cluster_reduce);
-  if (uses_split && p.workspace == nullptr) return cudaErrorInvalidValue;
-  if ((is_tiled_kernel(kernel) || is_packed_kernel(kernel)) && p.L < 16) return cudaErrorInvalidValue;
-  if (p.m == 0 || p.n == 0) return cudaSuccess;
-  cudaError_t err = cudaSuccess;
-  if (kernel_reads_xt(kernel)) {
-    err = launch_transpose_x(p, stream);
-    if (err != cudaSuccess) return err;
-  }
-  switch (kernel) {
-    case kGeneric: {
-      const int64_t bx = (p.n + kGenericCols - 1) / kGenericCols;
-      const int64_t row_blocks = (p.m + kGenericRows - 1) / kGenericRows;
-      const int64_t by = row_blocks < 65535 ? row_blocks : 65535;  // the kernel loops over the rest
-      if (bx > 0x7fffffff) return cudaErrorInvalidConfiguration;
-      spmm_generic_kernel<<<dim3(static_cast<unsigned>(bx), static_cast<unsigned>(by)), kGenericCols, 0,
-                            stream>>>(p);
-      err = cudaGetLastError();
-      break;
-    }
-    case kDecode:
-      if (p.m <= 1) err = launch_decode<1>(p, stream);
-      else if (p.m <= 2) err = launch_decode<2>(p, stream);
-      else if (p.m <= 4) err = launch_decode<4>(p, stream);
-      else if (p.m <= 8) err = launch_decode<8>(p, stream);
-      else err = launch_decode<16>(p, stream);
-      break;
-    case kDecodeW4: case kDecodeW8: case kDecodeW16:
-      err = launch_decode_cluster(p, cluster_decode_warps(kernel), stream);
-      break;
-    case kDecodeStaged128: case kDecodeStaged256: case kDecodeStaged512:
-      err = launch_decode_staged(p, staged_decode_col_warps(kernel), stream);
-      break;
-    case kTiled128x128: err = launch_nonpacked<128, 128, 16>(p, stream); break;
-    case kTiled64x128: err = launch_nonpacked<64, 128, 8>(p, stream); break;
-    case kTiled32x128: err = launch_nonpacked<32, 128, 4>(p, stream); break;
-    case kTiled64x64: err = launch_nonpacked<64, 64, 8>(p, stream); break;
-    case kTiled128x256: err = launch_tiled_any_l<128, 256, 16, 32, false>(p, stream); break;
-    case kTiled256x128: err = launch_tiled_any_l<256, 128, 16, 32, false>(p, stream); break;
-    case kTiled128x128w8: err = launch_nonpacked<128, 128, 8>(p, stream); break;
-    case kPacked128x128: err = launch_tiled_any_l<128, 128, 16, 64, true>(p, stream); break;
-    case kPacked64x128: err = launch_tiled_any_l<64, 128, 8, 64, true>(p, stream); break;
-    case kPacked32x128: err = launch_tiled_any_l<32, 128, 4, 64, true>(p, stream); break;
-    case kWarpPacked128x128: err = launch_warp_packed<WarpPacked128x128>(p, stream); break;
-    case kWarpPacked64x128: err = launch_warp_packed<WarpPacked64x128>(p, stream); break;
-    case kWarpPacked32x128: err = launch_warp_packed<WarpPacked32x128>(p, stream); break;
-    case kProducer128x256: err = launch_producer_any(p, stream); break;
-    case kProducerTail128x256: err = launch_producer_tail_any(p, stream); break;
-    default: return cudaErrorInvalidValue;
-  }
-  if (err != cudaSuccess || !uses_split) return err;
+cudaError_t launch_transpose_x(const SpmmParams& p, cudaStream_t stream) {
+  if (p.xt == nullptr || p.ldxt < p.m || p.ldxt % 4 != 0) return cudaErrorInvalidValue;
+  const int64_t bx = (p.ldxt + kTransposeTile - 1) / kTransposeTile;
+  const int64_t by = (p.k + kTransposeTile - 1) / kTransposeTile;
+  if (bx > 0x7fffffff || by > 65535) return cudaErrorInvalidConfiguration;
+  transpose_x_kernel<<<dim3(static_cast<unsigned>(bx), static_cast<unsigned>(by)),
+                       dim3(kTransposeTile, kTransposeRows), 0, stream>>>(p.x, p.ldx, p.m, p.k, p.xt,
+                                                                            p.ldxt);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_generic(const SpmmParams& p, cudaStream_t stream) {
+  const int64_t bx = (p.n + kGenericCols - 1) / kGenericCols;
+  const int64_t row_blocks = (p.m + kGenericRows - 1) / kGenericRows;
+  const int64_t by = row_blocks < 65535 ? row_blocks : 65535;  // the kernel loops over the rest
+  if (bx > 0x7fffffff) return cudaErrorInvalidConfiguration;
+  spmm_generic_kernel<<<dim3(static_cast<unsigned>(bx), static_cast<unsigned>(by)), kGenericCols, 0,
+                        stream>>>(p);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_decode_splitk(const SpmmParams& p, cudaStream_t stream) {
+  if (p.m <= 1) return launch_decode<1>(p, stream);
+  if (p.m <= 2) return launch_decode<2>(p, stream);
+  if (p.m <= 4) return launch_decode<4>(p, stream);
+  if (p.m <= 8) return launch_decode<8>(p, stream);
+  return launch_decode<16>(p, stream);
+}
+
+cudaError_t launch_reduce_splits(const SpmmParams& p, cudaStream_t stream) {
   const int64_t mn = p.m * p.n;
   return launch_items_after(reduce_splits_kernel, mn / 4, p.overlap_launches, stream,
                             static_cast<const float*>(p.workspace), p.split_k, mn, p.n, p.bias, p.y);

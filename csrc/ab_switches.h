@@ -1,0 +1,42 @@
+// The A/B switches: environment variables, each read once per process, that turn one launch
+// feature off so a test or an A/B timing can compare it against the plain path. Not tuning knobs:
+// every default is the measured-faster choice, and the tests check that each switch keeps the
+// results bit for bit (tests/test_cuda_kernels.py).
+//   NMSPMM_NO_CLUSTER_SPLIT=1  split-K of the tiled kernels through the workspace even where
+//                              thread-block clusters could reduce it on chip;
+//   NMSPMM_NO_OVERLAP=1        no programmatic dependent launch for the split-K reduction and the
+//                              sm_90 decode kernels (plain stream order);
+//   NMSPMM_NO_XT_OVERLAP=1     the tiled, packing, warp-packed and warp-specialized kernels in plain
+//                              stream order after the x transpose;
+//   NMSPMM_NO_BULK_STORE=1     the tiled kernels' output tiles by per-thread stores instead of bulk
+//                              copies from shared memory.
+// Torch-free and CUDA-free.
+#pragma once
+#include <cstdlib>
+
+namespace nmspmm {
+
+struct AbSwitches {
+  bool cluster_split = true;
+  bool overlap = true;
+  bool xt_overlap = true;
+  bool bulk_store = true;
+};
+
+inline const AbSwitches& ab_switches() {
+  static const AbSwitches s = [] {
+    auto off = [](const char* name) {
+      const char* e = std::getenv(name);
+      return e != nullptr && e[0] == '1';
+    };
+    AbSwitches a;
+    a.cluster_split = !off("NMSPMM_NO_CLUSTER_SPLIT");
+    a.overlap = !off("NMSPMM_NO_OVERLAP");
+    a.xt_overlap = !off("NMSPMM_NO_XT_OVERLAP");
+    a.bulk_store = !off("NMSPMM_NO_BULK_STORE");
+    return a;
+  }();
+  return s;
+}
+
+}  // namespace nmspmm

@@ -1,0 +1,212 @@
+// The cost model of the prefill plans: estimated microseconds of a (kernel, split-K) plan on a
+// problem, fitted to flushed H100 timings (docs/kernels.md). Torch-free and CUDA-free; the policy
+// (policy.h) ranks candidate plans with it. Kernels come from the registry (registry.h).
+#pragma once
+#include <cstdint>
+
+#include "registry.h"
+
+namespace nmspmm {
+
+struct Plan {
+  Kernel kernel;
+  int split_k;
+};
+
+// Cost model of the prefill kernels (tiled and warp-packed). A grid of
+// `ctas` blocks puts B = ceil(ctas / SMs) blocks on its busiest SM, which runs them in
+// R = ceil(B / blocks_per_sm) rounds, all but the last with blocks_per_sm blocks sharing the SM
+// (grid_rounds). One k-stage of a tiled kernel costs
+//   alpha + beta * wb + r * (gamma + delta * wb)   microseconds
+// while r blocks share the SM (wb compressed rows per stage; alpha and gamma per k-block of 32,
+// doubled for 64), so summed over the rounds a plan costs
+//   stages * (R * (alpha + beta * wb) + B * (gamma + delta * wb)) + reduction.
+// Charging rounds rather than full waves lets a last round with fewer blocks per SM run its stages
+// faster, which is what a finer grid gains on multi-wave shapes (512x5120x13824 8:32: the 64x128
+// warp-packed kernel with split 2, 640 blocks, 5 per SM in 2 rounds, measures 1.19x faster than
+// split 1, 320 blocks, 3 per SM in one round). Both families are fitted together (least squares
+// on relative error, then a coordinate search on pick quality, below at kWarpPackedCosts).
+struct TiledCost {
+  Kernel kernel;
+  int blocks_per_sm;
+  double alpha, beta, gamma, delta;
+  int max_M;  // largest M the kernel takes (k-block 32 only: 32)
+};
+constexpr TiledCost kTiledCosts[] = {
+    {Kernel::kTiledF32_128x256, 1, 0.4257, 0.1552, 0.0, 0.0, 32},
+    {Kernel::kTiledF32_256x128, 1, 0.3458, 0.1699, 0.0, 0.0, 32},
+    {Kernel::kTiledF32_128x128W8, 2, 0.1817, 0.0446, 0.1817, 0.0446, 64},
+    {Kernel::kTiledF32_128x128, 2, -0.2049, 0.1091, 0.1602, 0.0299, 64},
+    {Kernel::kTiledF32_64x128, 2, 0.4085, 0.0193, -0.0674, 0.0324, 64},
+    {Kernel::kTiledF32_32x128, 4, 0.1554, 0.0244, 0.0148, 0.0174, 64},
+    {Kernel::kTiledF32_64x64, 4, 0.7159, 0.0016, -0.0838, 0.0186, 64},
+};
+
+// Split-K candidates of the prefill plans (every family), each split keeping >= 4 k-blocks (stages).
+// With splits of 16 the best plan at m = 32 / 64 is 5.5 / 1.7% faster on geomean than with at most 8
+// (up to 1.46x). The non-powers of two let a grid of few tiles fill its last wave (256x6656x17920
+// 16:32: 52 tiles of 128x256 x 5 splits = 260 blocks, 2 rounds on 132 SMs, measures 1.24x faster
+// than the best power-of-two plan).
+constexpr int kSplitCandidates[] = {1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16};
+
+// Fixed cost of a split-K reduction in microseconds: through the workspace (a second launch), and
+// inside a cluster (split 2); tuned with the kernels' constants above (they stand for what a split
+// costs beyond the stages, not for a measured reduction time alone).
+constexpr double kWorkspaceReduceUs = 3.719;
+constexpr double kClusterReduceUs = 1.083;
+
+// The busiest SM's rounds of a grid of ctas blocks (see the cost model above).
+struct GridRounds {
+  double rounds;  // R = ceil(B / blocks_per_sm)
+  double blocks;  // B = ceil(ctas / num_sms)
+};
+inline GridRounds grid_rounds(int64_t ctas, int num_sms, int blocks_per_sm) {
+  const int64_t per_sm = (ctas + num_sms - 1) / num_sms;
+  return {static_cast<double>((per_sm + blocks_per_sm - 1) / blocks_per_sm), static_cast<double>(per_sm)};
+}
+
+// The split-K reduction of a plan (both families): a fixed cost in a cluster or through the
+// workspace, plus 0.9 us per MB of partial tiles written and read.
+inline double split_reduction_us(Kernel kernel, int split, int64_t m, int64_t n, bool clusters) {
+  if (split <= 1) return 0.0;
+  const double fixed = plan_reduces_in_cluster(kernel, split, clusters) ? kClusterReduceUs : kWorkspaceReduceUs;
+  return fixed + 0.900 * static_cast<double>(split + 1) * m * n * 4 / 1.0e6;
+}
+
+// Estimated microseconds of a tiled kernel with `split` k-splits (plus the split-K reduction,
+// in a cluster when `clusters`, else through the workspace and a second launch).
+inline double tiled_cost_us(const TiledCost& c, int64_t m, int64_t n, int64_t k, int64_t N,
+                            int64_t M, int split, int num_sms, bool clusters = false) {
+  const int64_t kblock = M > 32 ? 64 : 32;
+  const double scale = kblock == 64 ? 2.0 : 1.0;
+  const double wb = static_cast<double>(kblock / M * N);
+  const TileShape t = tile_shape(c.kernel);
+  const int64_t ctas = static_cast<int64_t>(ceil_div_i(m, t.bm)) * ceil_div_i(n, t.bn) * split;
+  const GridRounds g = grid_rounds(ctas, num_sms, c.blocks_per_sm);
+  const int64_t stages = (ceil_div_i(k, kblock) + split - 1) / split;
+  const double us = static_cast<double>(stages) *
+              (g.rounds * (scale * c.alpha + c.beta * wb) + g.blocks * (scale * c.gamma + c.delta * wb));
+  return us + split_reduction_us(c.kernel, split, m, n, clusters);
+}
+
+// The warp-packed kernels (L >= 32). A tiled kernel copies the whole k-slab of x for the 4 vectors
+// of its 128-column tile; a warp-packed warp copies only the rows its vector keeps, 4 N / M of that,
+// and skips the tiled kernels' gather offsets and block barrier per stage. On H100 at 8:32 / 4:32
+// the best warp-packed plan is 1.04-1.22x / 1.10-1.26x faster than the tiled pick on geomean per m.
+// At 12:32 and 16:32 the two families are about even on geomean but not per shape (512x5632x2048
+// 12:32: 64x128 warp-packed 127 us against the tiled pick's 155 us), so choose_plan prices both
+// families at every pattern with L >= 32 and takes the cheaper plan.
+// Cost of one plan: stages * (R * a + B * g) + R * b + the tiled kernels' split-K reduction, with
+// stages of wb compressed rows and R, B the grid's rounds as in tiled_cost_us. Both families'
+// constants and the reductions are fitted together (least squares on relative error, then a
+// coordinate search on the picks' mean log time over the best plan's) to flushed sweeps of every
+// plan of both families (the 100 NM-SpMM points and the llama suite's 21 (n, k) at m = 32..512,
+// 4 sparsities, 820 cells), with a two-fold check. b < 0 is a per-round intercept of the fit, not a
+// measured time; every split keeps >= 4 stages, which keeps the sum positive.
+struct WarpPackedCost {
+  Kernel kernel;
+  int blocks_per_sm;  // by registers and shared memory (spmm_warp_packed.cuh)
+  int wb;             // compressed rows per stage
+  double a, g, b;
+};
+constexpr WarpPackedCost kWarpPackedCosts[] = {
+    {Kernel::kWarpPackedF32_128x128, 2, 12, 0.8659, 0.6675, -2.0652},
+    {Kernel::kWarpPackedF32_64x128, 3, 16, 0.7155, 0.4969, -1.5717},
+    {Kernel::kWarpPackedF32_32x128, 4, 16, 0.6216, 0.2785, -1.7242},
+};
+// A grid of at least this many waves of 128x128 tiles (2 per SM) without a split takes the 128x128
+// kernel: the smaller tiles read the weight once per 64 or 32 rows of x, which the per-stage model
+// does not see (in the A/B they lost up to 1.3x there; with the rule the picks at m = 4096 are 0.6%
+// above the best warp-packed plan, without it 6%).
+constexpr int kWarpPackedFullWaves = 4;
+
+// Above this m * n * k, at 4 N > M (a warp-packed block copies 4 N / M times the x rows of a tiled
+// block), only the tiled kernels are candidates. Without this bound the joint model's warp-packed
+// picks at 12:32 / 16:32 run 1.05x faster on geomean over the 176 shapes below 4.5e10 where they
+// differ (0.95-1.27x), but slower on 18 of the 28 above it (0.84-1.12x; mostly the 64x128 kernel in
+// place of the tiled 128x128 one: 256x24576x8192 16:32 1158 -> 1372 us); the per-stage model does
+// not see what the larger problems lose. Chosen in-sample, like kWarpPackedFullWaves.
+constexpr double kWarpPackedModerateMaxMnk = 4.5e10;
+
+// Whether the warp-packed kernels are candidates: a warp's 32 columns must lie in one vector, and
+// at 4 N > M the problem must be under kWarpPackedModerateMaxMnk.
+inline bool warp_packed_candidates(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, int64_t L) {
+  if (L < 32) return false;
+  return 4 * N <= M || static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) < kWarpPackedModerateMaxMnk;
+}
+
+inline double warp_packed_cost_us(const WarpPackedCost& c, int64_t m, int64_t n, int64_t k, int64_t N,
+                                  int64_t M, int split, int num_sms, bool clusters) {
+  const TileShape t = tile_shape(c.kernel);
+  const int64_t chunks = (k / M * N + c.wb - 1) / c.wb;
+  const int64_t ctas = static_cast<int64_t>(ceil_div_i(m, t.bm)) * ceil_div_i(n, t.bn) * split;
+  const GridRounds gr = grid_rounds(ctas, num_sms, c.blocks_per_sm);
+  const double stages = static_cast<double>((chunks + split - 1) / split);
+  const double us = stages * (gr.rounds * c.a + gr.blocks * c.g) + gr.rounds * c.b;
+  return us + split_reduction_us(c.kernel, split, m, n, clusters);
+}
+
+// Prefill at L >= 32: the cheapest warp-packed plan (kSplitCandidates, each split keeping
+// >= 4 stages) and its cost in *cost_us; only the 128x128 kernel on grids of kWarpPackedFullWaves
+// waves or more.
+inline Plan choose_warp_packed(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, int num_sms,
+                               bool clusters, double* cost_us = nullptr) {
+  const bool full = static_cast<int64_t>(ceil_div_i(m, 128)) * ceil_div_i(n, 128) >=
+                    static_cast<int64_t>(kWarpPackedFullWaves) * 2 * num_sms;
+  Plan best{Kernel::kWarpPackedF32_128x128, 1};
+  double best_us = -1.0;
+  for (const WarpPackedCost& c : kWarpPackedCosts) {
+    if (full && c.kernel != Kernel::kWarpPackedF32_128x128) continue;
+    const int64_t chunks = (k / M * N + c.wb - 1) / c.wb;
+    for (const int split : kSplitCandidates) {
+      if (split > 1 && chunks / split < 4) break;
+      const double us = warp_packed_cost_us(c, m, n, k, N, M, split, num_sms, clusters);
+      if (best_us < 0 || us < best_us) {
+        best_us = us;
+        best = {c.kernel, split};
+      }
+    }
+  }
+  if (cost_us != nullptr) *cost_us = best_us;
+  return best;
+}
+
+// The warp-specialized kernel (sm_90; spmm_producer.cuh): 128x256 tiles, one block per SM,
+// a k-stage costs f * (a * kb / 32 + b * wb) microseconds, whatever the grid (one block per SM runs
+// alone), so a plan costs stages * R * f * (a * kb / 32 + b * wb) + its workspace reduction (R: the
+// grid's rounds; f: producer_shape's stage factor). The constants are those of the tiled 128x128
+// kernel's model scaled by what it measures kernel-only on the same data (0.93-0.95x the tiled
+// 128x128 kernel's time at 16:32 / 12:32 / 8:32, 0.88-0.92x at 4:32 with k-blocks of 64,
+// m = 512-4096), then checked against the op in an A/B (NMSPMM_NO_PRODUCER=1 against the default);
+// f carries the longer stages at 8:32 and 4:32.
+constexpr double kProducerStageUs = 0.110;
+constexpr double kProducerRowUs = 0.158;
+inline double producer_cost_us(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, int split, int num_sms) {
+  const ProducerShape s = producer_shape(N, M);
+  const int64_t ctas = static_cast<int64_t>(ceil_div_i(m, 128)) * ceil_div_i(n, 256) * split;
+  const GridRounds g = grid_rounds(ctas, num_sms, 1);
+  const int64_t stages = (ceil_div_i(k, s.kb) + split - 1) / split;
+  const double per_stage = s.stage_factor * (kProducerStageUs * (s.kb / 32) + kProducerRowUs * s.wb);
+  return static_cast<double>(stages) * g.rounds * per_stage + split_reduction_us(Kernel::kProducerF32_128x256, split, m, n, true);
+}
+
+// Its cost under the warp-specialized kernel's model: the whole rounds at full k, the tail's round(s) at 1 / split of
+// it, and the workspace reduction of the tail's partial tiles.
+inline double producer_tail_cost_us(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, int split,
+                                    int num_sms) {
+  const ProducerShape s = producer_shape(N, M);
+  const int64_t tiles = static_cast<int64_t>(ceil_div_i(m, 128)) * ceil_div_i(n, 256);
+  const int64_t tail = producer_tail_tiles(m, n, num_sms);
+  const double whole_rounds = static_cast<double>((tiles - tail) / (num_sms > 0 ? num_sms : 1));
+  const int64_t kblocks = ceil_div_i(k, s.kb);
+  const double per_stage = s.stage_factor * (kProducerStageUs * (s.kb / 32) + kProducerRowUs * s.wb);
+  double us = whole_rounds * static_cast<double>(kblocks) * per_stage;
+  if (tail > 0) {
+    const int sp = split > 1 ? split : 1;
+    const GridRounds g = grid_rounds(tail * sp, num_sms, 1);
+    us += g.rounds * static_cast<double>((kblocks + sp - 1) / sp) * per_stage;
+    if (sp > 1) us += kWorkspaceReduceUs + 0.900 * static_cast<double>(sp + 1) * tail * 128 * 256 * 4 / 1.0e6;
+  }
+  return us;
+}
+}  // namespace nmspmm
