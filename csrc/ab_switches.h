@@ -9,7 +9,11 @@
 //   NMSPMM_NO_XT_OVERLAP=1     the tiled, packing, warp-packed and warp-specialized kernels in plain
 //                              stream order after the x transpose;
 //   NMSPMM_NO_BULK_STORE=1     the tiled kernels' output tiles by per-thread stores instead of bulk
-//                              copies from shared memory.
+//                              copies from shared memory;
+//   NMSPMM_HALF_DECODE_MAX_M=v the fp16 / bf16 decode kernels take m <= v (0..64; default 64, their
+//                              whole range) and the rest goes to the prefill or float32 path: moves
+//                              the crossover for benchmarks/bench_decode_half.py (a path switch, so
+//                              results change within their tolerances, not bit for bit).
 // Torch-free and CUDA-free.
 #pragma once
 #include <cstdlib>
@@ -21,6 +25,7 @@ struct AbSwitches {
   bool overlap = true;
   bool xt_overlap = true;
   bool bulk_store = true;
+  int half_decode_max_m = 64;
 };
 
 inline const AbSwitches& ab_switches() {
@@ -34,6 +39,10 @@ inline const AbSwitches& ab_switches() {
     a.overlap = !off("NMSPMM_NO_OVERLAP");
     a.xt_overlap = !off("NMSPMM_NO_XT_OVERLAP");
     a.bulk_store = !off("NMSPMM_NO_BULK_STORE");
+    if (const char* e = std::getenv("NMSPMM_HALF_DECODE_MAX_M"); e != nullptr && e[0] != '\0') {
+      const long v = std::strtol(e, nullptr, 10);
+      a.half_decode_max_m = v < 0 ? 0 : v > 64 ? 64 : static_cast<int>(v);
+    }
     return a;
   }();
   return s;

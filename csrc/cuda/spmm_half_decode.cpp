@@ -10,10 +10,10 @@
 #include <c10/cuda/CUDAStream.h>
 #include <torch/all.h>
 
-#include <cstdlib>
 #include <mutex>
 #include <optional>
 
+#include "../ab_switches.h"
 #include "kernels/half/decode_half_plan.h"
 #include "kernels/half/spmm_half.h"
 
@@ -51,16 +51,11 @@ const HalfDecodeDeviceFacts& half_decode_device_facts(int device) {
 
 // Largest m the decode kernels take (the rest goes to the prefill path): 64, their whole range.
 // Their time grows with m in steps of 8 tokens while the prefill kernel's CTA covers 128 tokens
-// whatever m is (docs/kernels.md, "Half-precision decode"). NMSPMM_HALF_DECODE_MAX_M=<0..64> (read
-// once) moves the crossover: an A/B switch for benchmarks/bench_decode_half.py, not a tuning knob.
+// whatever m is (docs/kernels.md, "Half-precision decode"). NMSPMM_HALF_DECODE_MAX_M (ab_switches.h)
+// moves the crossover for A/B runs.
 int64_t half_decode_max_m() {
-  static const int64_t max_m = [] {
-    const char* e = std::getenv("NMSPMM_HALF_DECODE_MAX_M");
-    if (e == nullptr || e[0] == '\0') return kernels::kHalfDecodeMaxM;
-    const long v = std::strtol(e, nullptr, 10);
-    return static_cast<int64_t>(v < 0 ? 0 : v > kernels::kHalfDecodeMaxM ? kernels::kHalfDecodeMaxM : v);
-  }();
-  return max_m;
+  const int64_t v = ab_switches().half_decode_max_m;
+  return v < kernels::kHalfDecodeMaxM ? v : kernels::kHalfDecodeMaxM;
 }
 
 // Returns the output if the native decode kernel takes the call; std::nullopt sends it on.
