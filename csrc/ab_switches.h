@@ -10,8 +10,8 @@
 //                              stream order after the x transpose;
 //   NMSPMM_NO_BULK_STORE=1     the tiled kernels' output tiles by per-thread stores instead of bulk
 //                              copies from shared memory;
-//   NMSPMM_HALF_DECODE_MAX_M=v the fp16 / bf16 decode kernels take m <= v (0..64; default 64, their
-//                              whole range) and the rest goes to the prefill or float32 path: moves
+//   NMSPMM_HALF_DECODE_MAX_M=v the heuristic plans the fp16 / bf16 decode kernels for m <= v (0..64;
+//                              default 64, their whole range), the rest the prefill plans: moves
 //                              the crossover for benchmarks/bench_decode_half.py (a path switch, so
 //                              results change within their tolerances, not bit for bit).
 // Torch-free and CUDA-free.

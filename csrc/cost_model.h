@@ -209,4 +209,45 @@ inline double producer_tail_cost_us(int64_t m, int64_t n, int64_t k, int64_t N, 
   }
   return us;
 }
+
+// ---- fp16 / bf16 prefill (docs/kernels.md, "Half-precision prefill"; fitted to H100 timings) ----
+
+// Whether a call runs faster as cuBLAS on a transient dense copy of the weight (dense_expand_*)
+// than in the gathered tensor-core kernel (tc_prefill_*): the gathered kernel reaches about
+// 50 + 180 * N/M useful TFLOP/s at m >= 256; the expansion moves n * k * 2 dense bytes at about
+// 1 TB/s (measured: 43 us for 4096 x 4096, 110-120 us for 14336 x 4096), and cuBLAS runs the dense
+// product at about 650 TFLOP/s.
+inline bool half_prefill_prefers_dense(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M) {
+  const double density = static_cast<double>(N) / static_cast<double>(M);
+  const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  const double sparse_us = flops * density / ((50.0 + 180.0 * density) * 1e6);
+  const double expand_us = 4.0 + static_cast<double>(n) * static_cast<double>(k) * 2.0 / 1.0e6;
+  const double dense_us = 5.0 + flops / 650e6;
+  return expand_us + dense_us < sparse_us;
+}
+
+// Split-K of the tensor-core prefill kernel (128 tokens x 256 outputs per block): none once the
+// grid covers two waves; else the split with the best wave utilization (blocks / (waves x SMs)),
+// a small charge per extra split for the fp32 partials, and at least 4 pipeline stages (of up to
+// 128 input features) per split. Within 1-3% of the best measured plan at m >= 1024 on H100.
+inline int half_prefill_split(int64_t m, int64_t n, int64_t k, int num_sms) {
+  const int64_t sms = num_sms > 0 ? num_sms : 132;
+  const int64_t tiles = (n + 255) / 256 * ((m + 127) / 128);
+  if (tiles >= 2 * sms) return 1;
+  const int64_t stages = (k + 127) / 128;
+  int best = 1;
+  double best_score = -1.0;
+  for (int split = 1; split <= 4; ++split) {
+    if (split > 1 && stages / split < 4) break;
+    const int64_t ctas = tiles * split;
+    const int64_t waves = (ctas + sms - 1) / sms;
+    const double score = static_cast<double>(ctas) / static_cast<double>(waves * sms) - 0.03 * (split - 1);
+    if (score > best_score + 1e-9) {
+      best = split;
+      best_score = score;
+    }
+  }
+  return best;
+}
+
 }  // namespace nmspmm

@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "ab_switches.h"
 #include "cost_model.h"
+#include "cuda/kernels/half/decode_half_plan.h"
 #include "registry.h"
 
 namespace nmspmm {
@@ -24,13 +26,6 @@ struct Problem {
   bool sm90a = true;         // the build holds sm_90a code for the device (the warp-specialized kernels)
 };
 
-// Whether the registry holds a kernel of this dtype. A dtype without one runs the fp32 kernels
-// on upcast inputs (the binding's documented fallback), so its plan is the fp32 plan.
-inline bool has_native_kernels(DType t) {
-  for (const KernelInfo& k : kKernelTable)
-    if (k.dtype == t) return true;
-  return false;
-}
 
 // Largest m of the cluster decode kernels (beyond it the split-K or staged decode kernels are faster).
 constexpr int kClusterDecodeMaxM = 2;
@@ -161,12 +156,40 @@ inline Plan choose_cluster_decode(int64_t m, int64_t n, int64_t k, int64_t N, in
 // The plan of a problem. The packing kernels (col_info) are never candidates: the non-packing
 // kernels are faster at every point measured on H100 (benchmarks/results/h100/plan_sweep.csv,
 // L = 32, sparsity 50% to 96.9%); spmm_with_plan still runs them.
+// fp16 / bf16 on a device with native kernels (sm_80+): the tensor-core decode kernels up to
+// m = 64 (thread-block clusters, sm_90), then the cheaper of the gathered tensor-core kernel and
+// cuBLAS on the expanded weight (half_prefill_prefers_dense). Kernel::kNone: no native plan (the
+// caller plans the fp32 fallback).
+inline Plan choose_half_plan(const Problem& pb) {
+  const bool bf16 = pb.dtype == DType::kBF16;
+  const int sms = pb.num_sms > 0 ? pb.num_sms : 132;
+  if (pb.cc < 80) return {Kernel::kNone, 1};
+  if (pb.cc >= 90 && pb.m <= ab_switches().half_decode_max_m &&
+      kernels::half_decode_supports(pb.m, pb.n, pb.k, pb.N, pb.M, pb.L)) {
+    const kernels::HalfDecodePlan d = kernels::half_decode_plan(pb.m, pb.n, pb.k, pb.N, pb.M, sms);
+    const bool narrow = (d.config & kernels::kHalfDecodeNarrow) != 0;
+    const Kernel kern = bf16 ? (narrow ? Kernel::kDecodeTcBF16_64 : Kernel::kDecodeTcBF16_256)
+                             : (narrow ? Kernel::kDecodeTcF16_64 : Kernel::kDecodeTcF16_256);
+    return {kern, d.split_k};
+  }
+  if (pb.m <= 16) return {Kernel::kNone, 1};  // sm_80 decode or a pattern the decode kernels lack
+  const Kernel tc = bf16 ? Kernel::kTcPrefillBF16_128x256 : Kernel::kTcPrefillF16_128x256;
+  const Kernel dense = bf16 ? Kernel::kDenseExpandBF16 : Kernel::kDenseExpandF16;
+  const bool tc_ok = kernel_supports(tc, pb.m, pb.N, pb.M, pb.L, false, pb.dtype, pb.cc, pb.sm90a);
+  if (!tc_ok || half_prefill_prefers_dense(pb.m, pb.n, pb.k, pb.N, pb.M)) return {dense, 1};
+  return {tc, half_prefill_split(pb.m, pb.n, pb.k, sms)};
+}
+
 inline Plan choose_plan(const Problem& pb) {
   const int64_t m = pb.m, n = pb.n, k = pb.k, N = pb.N, M = pb.M, L = pb.L;
   const int num_sms = pb.num_sms > 0 ? pb.num_sms : 132;
   const int max_cluster = pb.max_cluster;
   const bool clusters = pb.cc >= 90;
-  const DType dtype = has_native_kernels(pb.dtype) ? pb.dtype : DType::kF32;
+  if (pb.dtype != DType::kF32) {
+    const Plan half = choose_half_plan(pb);
+    if (half.kernel != Kernel::kNone) return half;
+  }
+  const DType dtype = DType::kF32;  // a 16-bit problem without a native plan: the fp32 fallback
   auto supports = [&](Kernel kern) { return kernel_supports(kern, m, N, M, L, false, dtype, pb.cc, pb.sm90a); };
   if (L < 4 || (L < 16 && m > 16)) return {Kernel::kGenericF32, 1};
   if (m <= kClusterDecodeMaxM && clusters) return choose_cluster_decode(m, n, k, N, M, num_sms, max_cluster);

@@ -32,6 +32,9 @@ enum class Family : int {
   kWarpPacked,     // L >= 32: each warp stages only the x rows its vector keeps
   kProducer,       // sm_90a, L >= 32: a producer warp feeds 8 math warps through tensor copies
   kProducerTail,   // the same with split-K on the grid's last round of tiles only
+  kDecodeTc,       // fp16 / bf16, m <= 64, clusters: tensor-core streaming of the weight, k split on chip
+  kTcPrefill,      // fp16 / bf16, sm_80+: gathered ldmatrix + mma.sync over a k-major copy of x
+  kDenseExpand,    // fp16 / bf16: the weight expanded to dense for the call, then cuBLAS
 };
 inline const char* family_name(Family f) {
   switch (f) {
@@ -44,6 +47,9 @@ inline const char* family_name(Family f) {
     case Family::kWarpPacked: return "warp_packed";
     case Family::kProducer: return "producer";
     case Family::kProducerTail: return "producer_tail";
+    case Family::kDecodeTc: return "decode_tc";
+    case Family::kTcPrefill: return "tc_prefill";
+    case Family::kDenseExpand: return "dense_expand";
   }
   return "?";
 }
@@ -72,6 +78,14 @@ enum class Kernel : int {
   kWarpPackedF32_32x128,
   kProducerF32_128x256,
   kProducerTailF32_128x256,
+  kDecodeTcBF16_64,
+  kDecodeTcBF16_256,
+  kDecodeTcF16_64,
+  kDecodeTcF16_256,
+  kTcPrefillBF16_128x256,
+  kTcPrefillF16_128x256,
+  kDenseExpandBF16,
+  kDenseExpandF16,
   kCount,
   kNone = -1,
 };
@@ -89,7 +103,8 @@ struct KernelInfo {
   DType dtype;
   int tile_m, tile_n;  // output tile of a block (0: not tiled)
   int warps;           // warps per block
-  int variant;         // decode cluster: warps per block; decode staged: 128-column warps; else 0
+  int variant;         // decode cluster: warps per block; decode staged: 128-column warps;
+                       // decode_tc: output columns per block; else 0
   int min_L;           // smallest vector length
   int max_M;           // largest M (0: any)
   int max_m;           // largest m (0: any)
@@ -125,6 +140,16 @@ constexpr KernelInfo kKernelTable[] = {
     {Kernel::kWarpPackedF32_32x128, "warp_packed_f32_32x128", Family::kWarpPacked, DType::kF32, 32, 128, 4, 0, 32, 0, 0, 0, false, false, true, kMaxSplitK},
     {Kernel::kProducerF32_128x256, "producer_f32_128x256_sm90a", Family::kProducer, DType::kF32, 128, 256, 12, 0, 32, 32, 0, 90, true, false, true, kMaxSplitK},
     {Kernel::kProducerTailF32_128x256, "producer_tail_f32_128x256_sm90a", Family::kProducerTail, DType::kF32, 128, 256, 12, 0, 32, 32, 0, 90, true, false, true, kMaxSplitK},
+    // fp16 / bf16. The decode kernels: blocks of 8 warps over 64 or 256 output columns (variant),
+    // split_k = cluster size. The prefill kernel makes its own k-major copy of x (not reads_xt).
+    {Kernel::kDecodeTcBF16_64, "decode_tc_bf16_64", Family::kDecodeTc, DType::kBF16, 0, 64, 8, 64, 16, 64, 64, 90, false, false, false, kMaxDecodeCluster},
+    {Kernel::kDecodeTcBF16_256, "decode_tc_bf16_256", Family::kDecodeTc, DType::kBF16, 0, 256, 8, 256, 16, 64, 64, 90, false, false, false, kMaxDecodeCluster},
+    {Kernel::kDecodeTcF16_64, "decode_tc_f16_64", Family::kDecodeTc, DType::kF16, 0, 64, 8, 64, 16, 64, 64, 90, false, false, false, kMaxDecodeCluster},
+    {Kernel::kDecodeTcF16_256, "decode_tc_f16_256", Family::kDecodeTc, DType::kF16, 0, 256, 8, 256, 16, 64, 64, 90, false, false, false, kMaxDecodeCluster},
+    {Kernel::kTcPrefillBF16_128x256, "tc_prefill_bf16_128x256", Family::kTcPrefill, DType::kBF16, 128, 256, 8, 0, 16, 64, 0, 80, false, false, false, 4},
+    {Kernel::kTcPrefillF16_128x256, "tc_prefill_f16_128x256", Family::kTcPrefill, DType::kF16, 128, 256, 8, 0, 16, 64, 0, 80, false, false, false, 4},
+    {Kernel::kDenseExpandBF16, "dense_expand_bf16", Family::kDenseExpand, DType::kBF16, 0, 0, 8, 0, 1, 64, 0, 0, false, false, false, 1},
+    {Kernel::kDenseExpandF16, "dense_expand_f16", Family::kDenseExpand, DType::kF16, 0, 0, 8, 0, 1, 64, 0, 0, false, false, false, 1},
 };
 constexpr int kNumKernels = static_cast<int>(Kernel::kCount);
 static_assert(sizeof(kKernelTable) / sizeof(kKernelTable[0]) == kNumKernels, "one kKernelTable row per Kernel");
@@ -214,7 +239,17 @@ inline bool kernel_supports(Kernel kernel, int64_t m, int64_t N, int64_t M, int6
   if (L < k.min_L || (k.max_M > 0 && M > k.max_M) || (k.max_m > 0 && m > k.max_m)) return false;
   if (k.needs_col_info && !has_col_info) return false;
   if (is_producer_kernel(kernel)) return producer_shape(N, M).wb > 0;
+  // The tensor-core kernels: L a power of two in [16, 128] (min_L above); the prefill kernel needs
+  // M >= 8 (a 16-slot fragment spans at most two windows of 8).
+  if (k.family == Family::kTcPrefill) return M >= 8;
   return true;
+}
+
+// The native fp16 / bf16 families.
+inline bool is_half_kernel(Kernel kernel) {
+  if (!valid_kernel(kernel)) return false;
+  const Family f = kernel_info(kernel).family;
+  return f == Family::kDecodeTc || f == Family::kTcPrefill || f == Family::kDenseExpand;
 }
 
 // Largest split-K a tiled or packing kernel reduces inside a thread-block cluster. The kernels

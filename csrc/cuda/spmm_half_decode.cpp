@@ -1,9 +1,9 @@
 // Native fp16 / bf16 decode path of nmspmm::spmm on CUDA: the tensor-core decode kernels of
 // csrc/cuda/kernels/half/decode_half.cuh (weights streamed in their own dtype, fp32 accumulation,
 // output and bias in the input dtype, k split over a thread-block cluster and reduced on chip).
-// spmm_ops.cpp calls spmm_half_decode() before its other paths; it takes the call when the device
-// has thread-block clusters (compute capability 9.0+), m <= half_decode_max_m() and the pattern is
-// one the kernels cover (L in {16, 32, 64, 128}, M a power of two in [2, 64]). Everything runs on
+// spmm_ops.cpp calls spmm_half_decode() for the registry's decode_tc_* plans (the heuristic picks
+// them for m <= 64 on devices with thread-block clusters, compute capability 9.0+, and the patterns
+// they cover: L in {16, 32, 64, 128}, M a power of two in [2, 64]). Everything runs on
 // the current stream; the kernels need no scratch, allocate nothing and do not synchronize, so the
 // call is CUDA-graph capturable.
 #include <c10/cuda/CUDAGuard.h>
@@ -13,7 +13,6 @@
 #include <mutex>
 #include <optional>
 
-#include "../ab_switches.h"
 #include "kernels/half/decode_half_plan.h"
 #include "kernels/half/spmm_half.h"
 
@@ -23,53 +22,17 @@ namespace nmspmm {
 // weight does not overlap what the stream's last SpMM wrote); records the launch's output.
 bool decode_launch_may_overlap(const at::Tensor& values, const at::Tensor& indices, const at::Tensor& y);
 
-namespace {
-
-struct HalfDecodeDeviceFacts {
-  int sms = 132;
-  bool clusters = false;
-};
-
-const HalfDecodeDeviceFacts& half_decode_device_facts(int device) {
-  constexpr int kMaxDevices = 64;
-  static HalfDecodeDeviceFacts facts[kMaxDevices];
-  static std::once_flag queried[kMaxDevices];
-  static const HalfDecodeDeviceFacts unknown{};
-  if (device < 0 || device >= kMaxDevices) return unknown;
-  std::call_once(queried[device], [device] {
-    HalfDecodeDeviceFacts f;
-    int major = 0;
-    C10_CUDA_CHECK(cudaDeviceGetAttribute(&f.sms, cudaDevAttrMultiProcessorCount, device));
-    C10_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-    f.clusters = major >= 9;
-    facts[device] = f;
-  });
-  return facts[device];
-}
-
-}  // namespace
-
-// Largest m the decode kernels take (the rest goes to the prefill path): 64, their whole range.
-// Their time grows with m in steps of 8 tokens while the prefill kernel's CTA covers 128 tokens
-// whatever m is (docs/kernels.md, "Half-precision decode"). NMSPMM_HALF_DECODE_MAX_M (ab_switches.h)
-// moves the crossover for A/B runs.
-int64_t half_decode_max_m() {
-  const int64_t v = ab_switches().half_decode_max_m;
-  return v < kernels::kHalfDecodeMaxM ? v : kernels::kHalfDecodeMaxM;
-}
-
-// Returns the output if the native decode kernel takes the call; std::nullopt sends it on.
-// x2 is x reshaped to [m, in]; the caller has checked every argument.
-std::optional<at::Tensor> spmm_half_decode(const at::Tensor& x2, const at::Tensor& values, const at::Tensor& indices,
-                                           int64_t N, int64_t M, int64_t L, const std::optional<at::Tensor>& bias) {
+// Runs a decode_tc_* plan: blocks of 64 (narrow) or 256 output columns, k split over a cluster of
+// split_k blocks. x2 is x reshaped to [m, in] with m >= 1; the caller has checked every argument
+// and the plan (registry and compute capability).
+at::Tensor spmm_half_decode(const at::Tensor& x2, const at::Tensor& values, const at::Tensor& indices, int64_t N,
+                            int64_t M, int64_t L, const std::optional<at::Tensor>& bias, bool narrow, int split_k) {
   const at::ScalarType dtype = x2.scalar_type();
-  if (dtype != at::kHalf && dtype != at::kBFloat16) return std::nullopt;
   const int64_t m = x2.size(0), in = x2.size(1), out = values.size(1);
-  if (m < 1 || m > half_decode_max_m() || in == 0 || out == 0) return std::nullopt;
-  if (!kernels::half_decode_supports(m, out, in, N, M, L)) return std::nullopt;
-  const HalfDecodeDeviceFacts& dev = half_decode_device_facts(x2.get_device());
-  if (!dev.clusters) return std::nullopt;
-
+  TORCH_CHECK(kernels::half_decode_supports(m, out, in, N, M, L), "nmspmm.spmm: the fp16/bf16 decode kernels cannot run m=",
+              m, " n=", out, " k=", in, " with pattern ", N, ":", M, " L=", L);
+  TORCH_CHECK(split_k >= 1 && split_k <= kernels::kHalfDecodeMaxSplit, "nmspmm.spmm: split_k of the decode_tc kernels is ",
+              "their cluster size and must be in [1, ", kernels::kHalfDecodeMaxSplit, "], got ", split_k);
   at::Tensor x = x2;
   if (x.stride(1) != 1 || (m > 1 && x.stride(0) < in)) x = x.contiguous();
   at::Tensor vals = values.contiguous();
@@ -79,7 +42,6 @@ std::optional<at::Tensor> spmm_half_decode(const at::Tensor& x2, const at::Tenso
   if (bias.has_value()) b = bias->contiguous();
   at::Tensor y = at::empty({m, out}, x.options());
 
-  const kernels::HalfDecodePlan plan = kernels::half_decode_plan(m, out, in, N, M, dev.sms);
   kernels::HalfSpmmParams p{};
   p.x = x.data_ptr();
   p.ldx = m > 1 ? x.stride(0) : in;
@@ -93,9 +55,9 @@ std::optional<at::Tensor> spmm_half_decode(const at::Tensor& x2, const at::Tenso
   p.N = static_cast<int>(N);
   p.M = static_cast<int>(M);
   p.L = static_cast<int>(L);
-  p.split_k = plan.split_k;
+  p.split_k = split_k;
   p.dtype = dtype == at::kBFloat16 ? kernels::HalfType::kBF16 : kernels::HalfType::kF16;
-  int config = plan.config;
+  int config = narrow ? kernels::kHalfDecodeNarrow : 0;
   if (decode_launch_may_overlap(vals, idx, y)) config |= kernels::kHalfDecodeDependentLaunch;
   // The kernels reduce on chip and need no scratch; the interface allows it.
   const size_t scratch_bytes = kernels::half_decode_scratch_bytes(p, config);
@@ -106,7 +68,7 @@ std::optional<at::Tensor> spmm_half_decode(const at::Tensor& x2, const at::Tenso
     p.scratch_bytes = scratch_bytes;
   }
   const cudaError_t err = kernels::launch_half_decode(p, config, c10::cuda::getCurrentCUDAStream());
-  TORCH_CHECK(err == cudaSuccess, "nmspmm.spmm: fp16/bf16 decode kernel (config ", config, ", split_k=", plan.split_k,
+  TORCH_CHECK(err == cudaSuccess, "nmspmm.spmm: fp16/bf16 decode kernel (config ", config, ", split_k=", split_k,
               ") failed for m=", m, " n=", out, " k=", in, ": ", cudaGetErrorString(err));
   return y;
 }

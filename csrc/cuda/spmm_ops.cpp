@@ -20,12 +20,12 @@
 
 namespace nmspmm {
 
-// spmm_half_decode.cpp / spmm_half_prefill.cpp: the output if a native fp16 / bf16 kernel takes
-// the call.
-std::optional<at::Tensor> spmm_half_decode(const at::Tensor& x2, const at::Tensor& values, const at::Tensor& indices,
-                                           int64_t N, int64_t M, int64_t L, const std::optional<at::Tensor>& bias);
-std::optional<at::Tensor> spmm_half_prefill(const at::Tensor& x2, const at::Tensor& values, const at::Tensor& indices,
-                                            int64_t N, int64_t M, int64_t L, const std::optional<at::Tensor>& bias);
+// spmm_half_decode.cpp / spmm_half_prefill.cpp: the native fp16 / bf16 plans (decode_tc_*;
+// tc_prefill_* and dense_expand_*), on x reshaped to [m, in] with m >= 1.
+at::Tensor spmm_half_decode(const at::Tensor& x2, const at::Tensor& values, const at::Tensor& indices, int64_t N,
+                            int64_t M, int64_t L, const std::optional<at::Tensor>& bias, bool narrow, int split_k);
+at::Tensor spmm_half_prefill(const at::Tensor& x2, const at::Tensor& values, const at::Tensor& indices, int64_t N,
+                             int64_t M, int64_t L, const std::optional<at::Tensor>& bias, bool dense, int split_k);
 
 namespace {
 
@@ -163,13 +163,43 @@ at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const a
   const at::ScalarType dtype = x.scalar_type();
   at::Tensor x2 = x.reshape({spmm_rows(x), in});
   if (in == 0 && !forced) return spmm_no_inputs(x, out, bias).reshape(out_shape);
-  // fp16 / bf16: native tensor-core kernels, decode (m <= 64, sm_90; spmm_half_decode.cpp) first,
-  // then prefill (sm_80+; spmm_half_prefill.cpp).
-  if (!forced) {
-    if (auto y_half = spmm_half_decode(x2, values, indices, N, M, L, bias)) return y_half->reshape(out_shape);
-    if (auto y_half = spmm_half_prefill(x2, values, indices, N, M, L, bias)) return y_half->reshape(out_shape);
+  const int64_t m = x2.size(0);
+  const DeviceFacts& device = device_facts(x.get_device());
+  const bool clusters = device.clusters;
+  Plan plan{Kernel::kNone, 1};
+  if (forced) {  // spmm_with_plan: the plan is checked even for an empty input, as on the CPU
+    plan = {check_plan(forced_kernel, split_k, m, N, M, L, has_col_info), static_cast<int>(split_k)};
+    const KernelInfo& info = kernel_info(plan.kernel);
+    TORCH_CHECK(device.cc >= info.min_cc, "nmspmm.spmm_with_plan: kernel ", info.name,
+                " needs compute capability ", info.min_cc / 10, ".", info.min_cc % 10,
+                " or newer, this device has ", device.cc / 10, ".", device.cc % 10);
+    TORCH_CHECK(!info.needs_sm90a || device.cc == 90, "nmspmm.spmm_with_plan: kernel ", info.name,
+                " is built for sm_90a only (tensor copies, mbarriers, setmaxnreg), this device has compute "
+                "capability ", device.cc / 10, ".", device.cc % 10);
+    // The fp32 kernels take any dtype (16-bit inputs are upcast); a native kernel only its own.
+    TORCH_CHECK(info.dtype == DType::kF32 || info.dtype == dtype_of(dtype), "nmspmm.spmm_with_plan: kernel ",
+                info.name, " runs ", dtype_name(info.dtype), " inputs, x has dtype ", dtype);
+  } else if (m > 0 && out > 0 && in > 0) {
+    Problem pb{m, out, in, N, M, L};
+    pb.dtype = dtype_of(dtype);
+    pb.cc = device.cc;
+    pb.num_sms = device.sms;
+    pb.max_cluster = device.decode_max_cluster;
+    pb.has_col_info = has_col_info;
+    pb.sm90a = device.cc == 90;
+    plan = choose_plan(pb);
   }
-  // The registry's fp32 kernels: a dtype without a native kernel for the call is upcast and the
+  if (is_half_kernel(plan.kernel)) {  // native fp16 / bf16 kernels
+    if (in == 0) return spmm_no_inputs(x, out, bias).reshape(out_shape);
+    if (m == 0 || out == 0) return at::empty({m, out}, x.options()).reshape(out_shape);
+    const KernelInfo& info = kernel_info(plan.kernel);
+    at::Tensor y = info.family == Family::kDecodeTc
+                       ? spmm_half_decode(x2, values, indices, N, M, L, bias, info.variant == 64, plan.split_k)
+                       : spmm_half_prefill(x2, values, indices, N, M, L, bias, info.family == Family::kDenseExpand,
+                                           plan.split_k);
+    return y.reshape(out_shape);
+  }
+  // The registry's fp32 kernels: a dtype without a native plan for the call is upcast and the
   // result cast back (the documented fallback, docs/kernels.md).
   if (dtype != at::kFloat) x2 = x2.to(at::kFloat);
   if (x2.stride(1) != 1 || (x2.size(0) > 1 && x2.stride(0) < in)) x2 = x2.contiguous();
@@ -180,34 +210,10 @@ at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const a
     b = bias->to(at::kFloat).contiguous();
     if (!aligned16(b.data_ptr())) b = b.clone();
   }
-  const int64_t m = x2.size(0);
-  const DeviceFacts& device = device_facts(x.get_device());
-  const bool clusters = device.clusters;
-  Plan plan{Kernel::kNone, 1};
-  if (forced) {  // spmm_with_plan: the plan is checked even for an empty input, as on the CPU
-    plan = {check_plan(forced_kernel, split_k, m, N, M, L, has_col_info), static_cast<int>(split_k)};
-    const KernelInfo& info = kernel_info(plan.kernel);
-    TORCH_CHECK(device.cc >= info.min_cc, "nmspmm.spmm_with_plan: kernel ", info.name,
-                " needs compute capability ", info.min_cc / 10, ".", info.min_cc % 10,
-                " or newer (thread-block clusters), this device has ", device.cc / 10, ".", device.cc % 10);
-    TORCH_CHECK(!info.needs_sm90a || device.cc == 90, "nmspmm.spmm_with_plan: kernel ", info.name,
-                " is built for sm_90a only (tensor copies, mbarriers, setmaxnreg), this device has compute "
-                "capability ", device.cc / 10, ".", device.cc % 10);
-  }
   if (in == 0) return spmm_no_inputs(x, out, bias).reshape(out_shape);
   at::Tensor y = at::empty({m, out}, x.options().dtype(at::kFloat));
   if (m == 0 || out == 0) return y.to(dtype).reshape(out_shape);
 
-  if (!forced) {
-    Problem pb{m, out, in, N, M, L};
-    pb.dtype = dtype_of(dtype);
-    pb.cc = device.cc;
-    pb.num_sms = device.sms;
-    pb.max_cluster = device.decode_max_cluster;
-    pb.has_col_info = has_col_info;
-    pb.sm90a = device.cc == 90;
-    plan = choose_plan(pb);
-  }
   if (plan.kernel == Kernel::kGenericF32) plan.split_k = 1;
 
   const at::Tensor idx = (is_packed_kernel(plan.kernel) ? *packed_indices : indices).contiguous();
