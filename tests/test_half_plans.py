@@ -1,0 +1,96 @@
+"""The native fp16 / bf16 plans of the registry: what the heuristic picks for 16-bit problems (CPU,
+no GPU needed), and every native kernel forced through ``spmm_with_plan`` against an fp64
+reference of the decompressed weight (CUDA). Accuracy rule as in test_half_kernels.py: the error
+against fp64 is at most twice that of ``F.linear`` in the same dtype on the same inputs, plus an
+absolute floor of 2^-12 of the output scale |x| @ |W|^T.
+"""
+import itertools
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import nmspmm
+
+ops = torch.ops.nmspmm
+INFO = {k: nmspmm.kernel_info(k) for k in nmspmm.kernels()}
+NATIVE = {k: i for k, i in INFO.items() if i.dtype != "float32"}
+DTYPE_NAME = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
+
+
+def family(name, dtype):
+    return sorted(k for k, i in NATIVE.items() if i.family == name and i.dtype == DTYPE_NAME[dtype])
+
+
+def plan(m, n, k, N, M, L, dtype, cc=90):
+    return tuple(ops.spmm_heuristic(m, n, k, N, M, L, dtype, cc, 132, 16))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_registry_has_native_families(dtype):
+    for fam in ("decode_tc", "tc_prefill", "dense_expand"):
+        assert family(fam, dtype), fam
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_heuristic_plans_native_kernels(dtype):
+    decode, tc, dense = family("decode_tc", dtype), family("tc_prefill", dtype), family("dense_expand", dtype)
+    for m, (n, k), N in itertools.product((1, 8, 16, 64), ((4096, 4096), (14336, 4096)), (16, 4)):
+        kernel, split = plan(m, n, k, N, 32, 32, dtype)
+        assert kernel in decode and 1 <= split <= NATIVE[kernel].max_split_k, (m, n, k, N, kernel)
+    for m, (n, k), N in itertools.product((65, 256, 4096), ((4096, 4096), (14336, 4096)), (16, 4)):
+        kernel, split = plan(m, n, k, N, 32, 32, dtype)
+        assert kernel in tc + dense and 1 <= split <= NATIVE[kernel].max_split_k, (m, n, k, N, kernel)
+    # Large m at 50%: the expanded weight on dense tensor cores; small layers stay gathered.
+    assert plan(4096, 14336, 4096, 16, 32, 32, dtype)[0] in dense
+    assert plan(128, 512, 512, 4, 32, 32, dtype)[0] in tc
+    # sm_80: no clusters, so small m falls back to the fp32 kernels; prefill stays native.
+    assert INFO[plan(1, 4096, 4096, 8, 32, 32, dtype, cc=80)[0]].dtype == "float32"
+    assert plan(1024, 4096, 4096, 8, 32, 32, dtype, cc=80)[0] in tc + dense
+    # Below sm_80: no native kernels at all.
+    assert INFO[plan(1024, 4096, 4096, 8, 32, 32, dtype, cc=75)[0]].dtype == "float32"
+    # Patterns the tensor-core kernels lack (L < 16) take the expansion or the fp32 fallback.
+    assert plan(1024, 4096, 4096, 8, 32, 8, dtype)[0] in dense
+    assert INFO[plan(8, 4096, 4096, 8, 32, 8, dtype)[0]].dtype == "float32"
+
+
+def _check(x, values, indices, N, M, L, bias, kernel, split, nm):
+    y = ops.spmm_with_plan(x, values, indices, N, M, L, bias, None, None, kernel, split)
+    ref, scale = nm.ref_spmm64(x, values, indices, N, M, L, bias)
+    assert y.dtype == x.dtype and y.shape == ref.shape
+    dense = nm.ref_decompress(values, indices, N, M, L)
+    lin = F.linear(x, dense, bias)
+    err = (y.double() - ref).abs().max().item()
+    err_lin = (lin.double() - ref).abs().max().item()
+    assert err <= 2 * err_lin + 2.0 ** -12 * scale, f"{kernel} split {split}: {err:.3e} vs F.linear {err_lin:.3e}"
+
+
+CASES = [(N, M, L, m) for (N, M, L), m in itertools.product(
+    [(16, 32, 32), (4, 32, 32), (3, 16, 16), (7, 8, 64), (33, 64, 128), (1, 32, 32)], (1, 5, 17, 64, 130))]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("N,M,L,m", CASES, ids=lambda v: str(v))
+def test_forced_native_plans(N, M, L, m, dtype, nm):
+    out, inp = L * 5, M * 11
+    values, indices = nm.random_packed(out, inp, N, M, L, dtype, "cuda")
+    x = torch.randn(m, inp, device="cuda").to(dtype)
+    bias = torch.randn(out, device="cuda").to(dtype) if (N + m) % 2 else None
+    for kernel in family("dense_expand", dtype):
+        _check(x, values, indices, N, M, L, bias, kernel, 1, nm)
+    for kernel in family("tc_prefill", dtype):
+        for split in (1, 3):
+            _check(x, values, indices, N, M, L, bias, kernel, split, nm)
+    if m <= 64:
+        for kernel in family("decode_tc", dtype):
+            for split in (1, 2, 5):
+                _check(x, values, indices, N, M, L, bias, kernel, split, nm)
+
+
+@pytest.mark.cuda
+def test_native_kernel_refuses_other_dtype(nm):
+    values, indices = nm.random_packed(64, 64, 4, 32, 32, torch.float32, "cuda")
+    x = torch.randn(80, 64, device="cuda")
+    with pytest.raises(RuntimeError, match="runs bfloat16 inputs"):
+        ops.spmm_with_plan(x, values, indices, 4, 32, 32, None, None, None, family("tc_prefill", torch.bfloat16)[0], 1)
