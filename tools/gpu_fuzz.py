@@ -57,7 +57,12 @@ def plan_names():
     return list(ops.kernels())
 
 
-def supports(kernel, m, N, M, L, has_col_info, cc):
+def supports(kernel, m, N, M, L, has_col_info, cc, dtype=torch.float32):
+    """The registry's kernel_supports, and the dtype: the fp32 kernels take any (16-bit inputs are
+    upcast), a native fp16 / bf16 kernel only its own."""
+    kd = nmspmm.kernel_info(kernel).dtype
+    if kd != "float32" and kd != str(dtype).replace("torch.", ""):
+        return False
     return bool(ops.kernel_supports(kernel, m, N, M, L, has_col_info, cc))
 
 
@@ -223,7 +228,7 @@ def run_random_case(i, rnd, gen, tally, kernels, cc, small):
 
     # 2. one forced plan among the kernels that support the problem
     rows = x.numel() // k if k else 0
-    cands = [kn for kn in kernels if supports(kn, max(rows, 1), N, M, L, with_meta, cc)]
+    cands = [kn for kn in kernels if supports(kn, max(rows, 1), N, M, L, with_meta, cc, dtype)]
     if not cands:
         tally.add("random: forced plan", "refused")
         return
@@ -312,7 +317,7 @@ def run_corrupt_indices_case(i, rnd, gen, tally, kernels, cc, small):
     dense = dense_of(values, bad & (M - 1), N, M, L, k)
     ref, scale = reference(x, dense, None)
     for kernel in kernels:
-        if is_packing(kernel) or not supports(kernel, m, N, M, L, False, cc):
+        if is_packing(kernel) or not supports(kernel, m, N, M, L, False, cc, dtype):
             continue
         try:
             y = ops.spmm_with_plan(x, values, bad, N, M, L, None, None, None, kernel, 1)
