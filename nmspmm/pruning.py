@@ -115,7 +115,7 @@ def sparsegpt_prune(weight: torch.Tensor, hessian: torch.Tensor, N: int, M: int,
             w = W1[:, i]
             q = w * mask[:, i1 + i]
             err = (w - q) / d1[i]
-            W1[:, i:] -= err[:, None] * Hinv1[i, i:][None, :]
+            W1[:, i:].addr_(err, Hinv1[i, i:], alpha=-1)
             Q1[:, i] = q
             Err1[:, i] = err
         W[:, i1:i2] = Q1
@@ -251,8 +251,8 @@ def _prune_one(method: str, module: nn.Linear, pattern: Pattern, H: Optional[tor
     err = float("nan")
     if H is not None:
         D = Wf - Wp
-        num = torch.einsum("oi,ij,oj->", D, H, D)
-        den = torch.einsum("oi,ij,oj->", Wf, H, Wf)
+        num = ((D @ H) * D).sum()
+        den = ((Wf @ H) * Wf).sum()
         err = float(num / den.clamp_min(1e-30))
     module.weight.copy_(Wp.to(W0.device, W0.dtype))
     return mask.to(W0.device), err
