@@ -192,7 +192,8 @@ def compress(weight: torch.Tensor, N: int, M: int, L: int,
     """Compress ``weight[out, in]`` (nn.Linear layout) to an :class:`NMWeight`.
 
     ``mask`` (bool, same shape) must be vector-wise N:M; if None, ``prune`` computes it.
-    The packing metadata (col_info) is built too, so the result is ready for every kernel.
+    The packing kernels' metadata (col_info) is not built: the heuristic never picks those
+    kernels; ``.with_col_info()`` adds it for ``spmm_with_plan``.
     """
     _pattern_args(N, M, L)
     _check_device(weight, "weight")
@@ -200,9 +201,8 @@ def compress(weight: torch.Tensor, N: int, M: int, L: int,
     if mask is None:
         mask = ops.prune(weight, N, M, L)
     values, indices = ops.compress(weight, mask, N, M, L)
-    packed = _trusted(NMWeight, values=values, indices=indices, N=N, M=M, L=L,
-                      shape=(weight.shape[0], weight.shape[1]))
-    return packed.with_col_info()
+    return _trusted(NMWeight, values=values, indices=indices, N=N, M=M, L=L,
+                    shape=(weight.shape[0], weight.shape[1]))
 
 
 def decompress(packed: NMWeight) -> torch.Tensor:

@@ -6,9 +6,11 @@ State of an :class:`NMLinear`:
 * ``values``  [in*N/M, out] (the layer's dtype) and ``indices`` [in*N/M, out/L] (uint8):
   persistent buffers, the only weight state in ``state_dict()`` (no dense copy).
 * ``bias`` [out]: an ordinary ``nn.Parameter`` (or None), as in ``nn.Linear``.
-* ``col_info`` and ``packed_indices``: non-persistent buffers derived from ``indices`` by
-  ``torch.ops.nmspmm.col_info``. They are rebuilt whenever a state dict is loaded and follow the
-  module on ``.to()``/``.cuda()``; they are never saved and never a second source of truth.
+* ``col_info`` and ``packed_indices``: the packing kernels' metadata, None by default (the
+  heuristic never picks those kernels; docs/kernels.md). ``enable_col_info()`` derives them from
+  ``indices`` (``torch.ops.nmspmm.col_info``) as non-persistent buffers; from then on they are
+  rebuilt whenever a state dict is loaded and follow the module on ``.to()``/``.cuda()``; they are
+  never saved and never a second source of truth.
 
 The sparse weight is frozen (buffers take no gradient); gradients flow to the input and bias.
 """
@@ -184,11 +186,23 @@ class NMLinear(nn.Module):
 
     # ---------------------------------------------------------------------------------- metadata
     @torch.no_grad()
+    def enable_col_info(self) -> "NMLinear":
+        """Build and keep the packing kernels' metadata (``col_info``/``packed_indices``), for
+        ``spmm_with_plan`` with a packing kernel; ``nmspmm.spmm`` does not need it."""
+        self._with_col_info = True
+        self.rebuild_metadata()
+        return self
+
+    @torch.no_grad()
     def rebuild_metadata(self) -> None:
-        """Recompute ``col_info``/``packed_indices`` from ``indices`` (done automatically on
-        construction and ``load_state_dict``; call it after editing ``indices`` in place)."""
+        """Recompute ``col_info``/``packed_indices`` from ``indices`` where the layer keeps them
+        (``enable_col_info``; done automatically on ``load_state_dict``; call it after editing
+        ``indices`` in place). Checks the indices either way (the metadata is built and, unless
+        kept, dropped)."""
         _check_device(self.indices, "NMLinear.indices")
-        self.col_info, self.packed_indices = ops.col_info(self.indices, self.N, self.M, self.L)
+        metadata = ops.col_info(self.indices, self.N, self.M, self.L)  # checks every index < M, ascending
+        if getattr(self, "_with_col_info", False):
+            self.col_info, self.packed_indices = metadata
 
     def get_extra_state(self) -> torch.Tensor:
         """[format version, N, M, L, in_features, out_features] (int64): what a checkpoint must
@@ -300,7 +314,8 @@ class NMLinear(nn.Module):
         if local_metadata.get(_PATTERN_KEY) is not None and extra_key in missing_keys[n_missing:]:
             missing_keys.remove(extra_key)
         if len(error_msgs) == n_errors and metadata is not None:
-            self.col_info, self.packed_indices = metadata
+            if getattr(self, "_with_col_info", False):
+                self.col_info, self.packed_indices = metadata
         elif len(error_msgs) == n_errors:
             self.rebuild_metadata()
 
@@ -353,7 +368,9 @@ class NMLinear(nn.Module):
 
     @property
     def metadata_nbytes(self) -> int:
-        """Bytes of the derived packing metadata (col_info + packed_indices)."""
+        """Bytes of the derived packing metadata (col_info + packed_indices; 0 without them)."""
+        if self.col_info is None:
+            return 0
         return self.col_info.numel() + self.packed_indices.numel()
 
     def extra_repr(self) -> str:

@@ -17,8 +17,8 @@ def test_demo_tiny_llama(capsys, device):
     out = capsys.readouterr().out
     assert rc == 0, out
     assert "pruned dense logits" in out and ": OK" in out
-    # 8:32 keeps a quarter of every projection's values (plus indices and packing metadata).
-    assert "(74% saved)" in out or "(73% saved)" in out, out
+    # 8:32 keeps a quarter of every projection's values (plus indices; no packing metadata by default).
+    assert any(f"({p}% saved)" in out for p in (73, 74, 75)), out
     assert f"speed ({device}, torch.float32" in out
 
 

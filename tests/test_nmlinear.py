@@ -46,13 +46,18 @@ def test_empty_layer_shapes(N, M, L):
     assert (layer.in_features, layer.out_features, layer.N, layer.M, layer.L) == (IN, OUT, N, M, L)
     assert layer.values.shape == (IN * N // M, OUT) and layer.values.dtype == torch.float32
     assert layer.indices.shape == (IN * N // M, OUT // L) and layer.indices.dtype == torch.uint8
-    assert layer.col_info.shape == (OUT // 128, IN // 64, 64) and layer.col_info.dtype == torch.uint8
-    assert layer.packed_indices.shape == layer.indices.shape
+    # The packing kernels' metadata only on request (the heuristic never uses it).
+    assert layer.col_info is None and layer.packed_indices is None and layer.metadata_nbytes == 0
     assert layer.bias.shape == (OUT,)
     # An empty layer is a valid all-zero weight.
     assert torch.equal(layer.to_dense(), torch.zeros(OUT, IN))
     assert torch.equal(layer(torch.randn(3, IN)), torch.zeros(3, OUT))
     assert [n for n, _ in layer.named_parameters()] == ["bias"]
+    assert sorted(n for n, _ in layer.named_buffers()) == ["indices", "values"]
+    assert list(layer.state_dict()) == ["bias", "values", "indices", "_extra_state"]
+    layer.enable_col_info()
+    assert layer.col_info.shape == (OUT // 128, IN // 64, 64) and layer.col_info.dtype == torch.uint8
+    assert layer.packed_indices.shape == layer.indices.shape
     assert sorted(n for n, _ in layer.named_buffers()) == ["col_info", "indices", "packed_indices", "values"]
     assert list(layer.state_dict()) == ["bias", "values", "indices", "_extra_state"]
     assert layer.state_dict()["_extra_state"].tolist() == [1, N, M, L, IN, OUT]
@@ -63,7 +68,7 @@ def test_empty_layer_shapes(N, M, L):
 def test_constructor_dtype_device_and_errors():
     layer = NMLinear(128, 128, 2, 4, 1, bias=False, dtype=torch.bfloat16, device="meta")
     assert layer.values.dtype == torch.bfloat16 and layer.values.is_meta and layer.bias is None
-    assert layer.indices.dtype == torch.uint8 and layer.col_info.is_meta
+    assert layer.indices.dtype == torch.uint8 and layer.col_info is None
     with pytest.raises(ValueError, match="in_features=100 % M=8"):
         NMLinear(100, 128, 2, 8, 1)
     with pytest.raises(ValueError, match="out_features=96 % L=64"):
@@ -95,6 +100,8 @@ def test_from_dense_matches_pruned_linear(N, M, L, bias):
     # The functional path on the packed weight agrees.
     packed = layer.packed
     assert isinstance(packed, nmspmm.NMWeight) and packed.shape == (OUT, IN)
+    assert packed.col_info is None
+    packed = layer.enable_col_info().packed
     assert packed.col_info is layer.col_info and torch.equal(packed.col_info, nmspmm.col_info(packed)[0])
     torch.testing.assert_close(nmspmm.spmm(x.contiguous(), packed, lin.bias), layer(x))
 
@@ -151,7 +158,7 @@ def test_mixed_dtypes(layer_dtype, x_dtype):
 # -------------------------------------------------------------------- dtype/device moves
 def test_half_to_type_keep_indices_uint8():
     lin = make_linear()
-    layer = NMLinear.from_dense(lin, 8, 32, 32)
+    layer = NMLinear.from_dense(lin, 8, 32, 32).enable_col_info()
     indices, cols = layer.indices.clone(), layer.col_info.clone()
     for move in (lambda m: m.half(), lambda m: m.bfloat16(), lambda m: m.to(torch.float16),
                  lambda m: m.float(), lambda m: m.type(torch.float16), lambda m: m.double().float(),
@@ -184,7 +191,8 @@ def test_state_dict_roundtrip_into_empty_layer():
     torch.save(sd, buf)
     buf.seek(0)
     loaded = torch.load(buf, weights_only=True)
-    empty = NMLinear(IN, OUT, N, M, L)
+    empty = NMLinear(IN, OUT, N, M, L).enable_col_info()
+    layer.enable_col_info()
     before = empty.col_info.clone()
     empty.load_state_dict(loaded)
     # col_info was rebuilt from the loaded indices, not left at the empty layer's.
@@ -211,7 +219,7 @@ def test_safetensors_roundtrip(tmp_path):
     fresh.load_state_dict(safetensors.load_file(str(path)))
     x = torch.randn(2, IN)
     assert torch.equal(fresh(x), model(x))
-    assert torch.equal(fresh.q_proj.col_info, model.q_proj.col_info)
+    assert fresh.q_proj.col_info is None and model.q_proj.col_info is None  # not part of the format
 
 
 def test_load_checks_pattern_and_indices():
@@ -245,7 +253,7 @@ def test_meta_init_and_assign_load():
     with torch.device("meta"):
         empty = NMLinear(IN, OUT, 8, 32, 32)
     empty.load_state_dict(layer.state_dict(), assign=True)
-    assert not empty.values.is_meta and not empty.col_info.is_meta
+    assert not empty.values.is_meta and empty.col_info is None
     x = torch.randn(2, IN)
     assert torch.equal(empty(x), layer(x))
 
@@ -365,7 +373,10 @@ def test_sparsify_compressed_bytes_exact():
         sd_bytes = sum(nbytes(t) for k, t in layer.state_dict().items() if k != "_extra_state")
         assert sd_bytes == layer.weight_nbytes
         held = sum(nbytes(t) for t in list(layer.parameters()) + list(layer.buffers()))
-        # Held in memory: that plus the derived packing metadata (col_info + packed_indices).
+        # Held in memory: that alone (no packing metadata unless enable_col_info() asks for it).
+        assert held == layer.weight_nbytes and layer.metadata_nbytes == 0
+        layer.enable_col_info()
+        held = sum(nbytes(t) for t in list(layer.parameters()) + list(layer.buffers()))
         assert held == layer.weight_nbytes + layer.metadata_nbytes
         assert layer.metadata_nbytes == layer.col_info.numel() + layer.indices.numel()
 

@@ -321,6 +321,9 @@ def test_nmweight_api(device):
     assert isinstance(packed, nmspmm.NMWeight)
     assert packed.shape == (96, 64) and packed.out_features == 96 and packed.in_features == 64
     assert packed.sparsity == 0.75 and packed.dtype == torch.float32 and packed.device == w.device
+    # compress builds no packing metadata (the heuristic never uses it); with_col_info() adds it.
+    assert packed.col_info is None and packed.packed_indices is None
+    packed = packed.with_col_info()
     assert packed.col_info is not None and packed.packed_indices is not None
     mask = nmspmm.prune(w, N, M, L)
     assert torch.equal(nmspmm.decompress(packed), w * mask)

@@ -171,8 +171,9 @@ def test_nmlinear_state_dict_roundtrip_and_refusal(pat, dtype, use_bias, seed, d
     N, M, L, inp, out = pat
     torch.manual_seed(seed)
     linear = torch.nn.Linear(inp, out, bias=use_bias).to(dtype)
-    src = NMLinear.from_dense(linear, N, M, L)
-    dst = NMLinear(inp, out, N, M, L, bias=use_bias, dtype=dtype)
+    # With the packing metadata kept (enable_col_info), so the load must rebuild it too.
+    src = NMLinear.from_dense(linear, N, M, L).enable_col_info()
+    dst = NMLinear(inp, out, N, M, L, bias=use_bias, dtype=dtype).enable_col_info()
     dst.load_state_dict(src.state_dict())
     x = torch.randn(2, inp).to(dtype)
     assert torch.equal(dst(x), src(x))
@@ -185,7 +186,7 @@ def test_nmlinear_state_dict_roundtrip_and_refusal(pat, dtype, use_bias, seed, d
     pos = data.draw(st.integers(0, bad.numel() - 1))
     bad[pos] = data.draw(st.integers(M, 255))
     sd["indices"] = bad.view(src.indices.shape)
-    fresh = NMLinear(inp, out, N, M, L, bias=use_bias, dtype=dtype)
+    fresh = NMLinear(inp, out, N, M, L, bias=use_bias, dtype=dtype).enable_col_info()
     before = {k: v.clone() for k, v in fresh.state_dict().items()}
     before_meta = (fresh.col_info.clone(), fresh.packed_indices.clone())
     with pytest.raises(RuntimeError, match=r"indices holds \d+ >= M="):
