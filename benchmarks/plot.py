@@ -47,7 +47,7 @@ def _pat_file(pat: str) -> str:
     return pat.replace(":", "-")
 
 
-def plot_speedup_vs_m(rows, out, variant, baselines=("fp32", "bf16")) -> List[str]:
+def plot_speedup_vs_m(rows, out, variant, baselines=("fp32",)) -> List[str]:
     plt = _plt()
     nm = [r for r in _nm_rows(rows, variant) if r.get("suite") in ("llama", "decode")]
     written = []

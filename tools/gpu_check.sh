@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: build the CUDA flavour, run the whole test suite on the GPU, a
 # compute-sanitizer pass over every kernel, and (optionally) the benchmarks.
-#   bash tools/gpu_session.sh [tests] [sanitize] [quick] [full] [e2e]
+#   bash tools/gpu_check.sh [tests] [sanitize] [quick] [full] [e2e]
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0a} MAX_JOBS=${MAX_JOBS:-16} HF_HUB_OFFLINE=1
