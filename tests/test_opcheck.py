@@ -104,20 +104,28 @@ def test_opcheck_spmm_generic_pattern_with_grad(device):
 
 # A valid plan for every registry kernel (on the GPU too: m = 2 suits every decode kernel; the
 # warp-specialized kernels need a device of compute capability 9.0 with sm_90a code).
-PLANS = [(k, s) for k in nmspmm.kernels() for s in (1, 2)]
+# Inputs in the kernel's own dtype; rows within its m range (2 for the m <= 2 decode kernels, else 8,
+# or its smallest m for a prefill-only kernel).
+PLANS = [(k, s) for k in nmspmm.kernels() for s in (1, 2) if s <= nmspmm.kernel_info(k).max_split_k]
+DTYPE_OF = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
 @pytest.mark.parametrize("kernel,split_k", PLANS)
 def test_opcheck_spmm_with_plan(kernel, split_k, device):
     N, M, L = 4, 32, 32
-    _, _, values, indices = _weight(256, 128, N, M, L, torch.float32, device)
+    info = nmspmm.kernel_info(kernel)
+    dtype = DTYPE_OF[info.dtype]
+    _, _, values, indices = _weight(256, 128, N, M, L, dtype, device)
     cols, packed = ops.col_info(indices, N, M, L)
-    bias = torch.randn(256, device=device)
-    if torch.device(device).type == "cuda" and nmspmm.kernel_info(kernel).min_compute_capability > 0 and \
+    bias = torch.randn(256, device=device).to(dtype)
+    if torch.device(device).type == "cuda" and info.min_compute_capability > 0 and \
             torch.cuda.get_device_capability() != (9, 0):
         pytest.skip(f"{kernel} needs compute capability 9.0")
-    rows = max(2, min(8, nmspmm.kernel_info(kernel).max_m or 8))  # the cluster decode kernels take m <= 2
-    for x in (torch.randn(rows, 128, device=device), torch.randn(2, rows // 2, 128, device=device)):
+    rows = next((r for r in (8, 2, 32, 128) if nmspmm.kernel_supports(kernel, r, N, M, L, True)), None)
+    if rows is None:
+        pytest.skip(f"{kernel} runs none of the tried m for {N}:{M} L={L}")
+    for x in (torch.randn(rows, 128, device=device).to(dtype),
+              torch.randn(2, rows // 2, 128, device=device).to(dtype)):
         opcheck(ops.spmm_with_plan, (x, values, indices, N, M, L, bias, cols, packed, kernel, split_k))
 
 
