@@ -383,10 +383,10 @@ def test_plan_decode_kernel_for_large_m(device):
 @pytest.mark.parametrize("device", PLAN_DEVICES)
 def test_plan_cluster_decode_split_k_is_a_cluster_size(device):
     _, _, values, indices = _packed(device)
-    with raises(r"split_k of kernel decode_f32_cluster_w4 is its cluster size and must be in \[1, 16\], got 17"):
+    with raises(r"split_k of kernel decode_f32_cluster_w4 must be in \[1, 16\], got 17"):
         ops.spmm_with_plan(torch.randn(2, 64, device=device), values, indices, 2, 4, 16, None, None,
                            None, "decode_f32_cluster_w4", 17)
-    with raises(r"split_k of kernel decode_f32_staged_128 is its cluster size and must be in \[1, 16\], got 17"):
+    with raises(r"split_k of kernel decode_f32_staged_128 must be in \[1, 16\], got 17"):
         ops.spmm_with_plan(torch.randn(2, 64, device=device), values, indices, 2, 4, 16, None, None,
                            None, "decode_f32_staged_128", 17)
 

@@ -457,7 +457,8 @@ def test_spmm_half_precision(case, dtype, device, nm):
 
 
 @pytest.mark.parametrize("kernel,split_k", [(k, s) for k in nmspmm.kernels() for s in (1, 2)
-                                            if nmspmm.kernel_supports(k, 8, 2, 8, 32, True)])
+                                            if nmspmm.kernel_supports(k, 8, 2, 8, 32, True)
+                                            and s <= nmspmm.kernel_info(k).max_split_k])
 def test_spmm_with_plan_cpu_matches_spmm(kernel, split_k, nm):
     # On the CPU the plan is accepted and ignored (one reference implementation); the CUDA plans
     # are tested in test_cuda_kernels.py.
