@@ -437,6 +437,7 @@ def test_sparsify_rejects_bad_pattern_before_touching_model():
 def test_cuda_forward_matches_cpu(N, M, L, dtype):
     lin = make_linear()
     cpu = NMLinear.from_dense(lin, N, M, L)
+    cpu.enable_col_info()  # opt-in packing metadata: it must follow the module to the GPU
     gpu = copy.deepcopy(cpu).cuda().to(dtype)
     for name in ("values", "indices", "col_info", "packed_indices", "bias"):
         assert getattr(gpu, name).is_cuda, name
@@ -462,6 +463,8 @@ def test_cuda_state_dict_cpu_to_gpu_and_grad():
     cpu = NMLinear.from_dense(lin, 8, 32, 32)
     gpu = NMLinear(IN, OUT, 8, 32, 32, device="cuda")
     gpu.load_state_dict(cpu.state_dict())
+    assert gpu.values.is_cuda and gpu.col_info is None  # packing metadata is opt-in
+    gpu.enable_col_info(), cpu.enable_col_info()
     assert gpu.col_info.is_cuda and torch.equal(gpu.col_info.cpu(), cpu.col_info)
     x = torch.randn(4, IN, device="cuda", requires_grad=True)
     gpu(x).sum().backward()

@@ -298,7 +298,14 @@ def run_corrupt_indices_case(i, rnd, gen, tally, kernels, cc, small):
     sync_or_die(desc)
     layer = NMLinear(k, n, N, M, L, device=DEVICE, dtype=dtype)
     before = {name: t.clone() for name, t in layer.state_dict().items()}
-    meta_before = (layer.col_info.clone(), layer.packed_indices.clone())
+    def meta(layer):  # the opt-in packing metadata (None unless enabled)
+        return tuple(None if t is None else t.clone() for t in (layer.col_info, layer.packed_indices))
+
+    def same_meta(a, b):
+        return all((u is None and v is None) or (u is not None and v is not None and torch.equal(u, v))
+                   for u, v in zip(a, b))
+
+    meta_before = meta(layer)
     sd = {"values": values, "indices": bad, "bias": torch.zeros(n, device=DEVICE, dtype=dtype),
           "_extra_state": layer.get_extra_state()}
     try:
@@ -306,8 +313,7 @@ def run_corrupt_indices_case(i, rnd, gen, tally, kernels, cc, small):
         tally.add("corrupt indices: load_state_dict", "fail", note=f"{desc}: accepted")
     except RuntimeError:
         after = layer.state_dict()
-        same = all(torch.equal(before[k2], after[k2]) for k2 in before) and \
-            torch.equal(layer.col_info, meta_before[0]) and torch.equal(layer.packed_indices, meta_before[1])
+        same = all(torch.equal(before[k2], after[k2]) for k2 in before) and same_meta(meta(layer), meta_before)
         tally.add("corrupt indices: load_state_dict", "pass" if same else "fail",
                   note=None if same else f"{desc}: refused load changed the layer")
     sync_or_die(desc)
