@@ -846,8 +846,8 @@ def test_corrupted_index_is_masked_into_its_window(m, dtype):
     values, indices = ops.compress(w, ops.prune(w, N, M, L), N, M, L)
     values = values.to(dtype)
     # Bytes >= M whose low bits are the original position: read as b & (M - 1), they give the clean
-    # product on every path (an arbitrary byte may repeat a position, which the gathering kernels
-    # add and the dense-expansion path keeps once: that case is only checked not to fault below).
+    # product on every path; arbitrary bytes (below) give the product with each position b & (M - 1),
+    # a repeated one adding its values.
     bad = indices.clone()
     sel = bad[::7, ::3]
     bad[::7, ::3] = sel + (255 - sel) // M * M
@@ -869,9 +869,54 @@ def test_corrupted_index_is_masked_into_its_window(m, dtype):
         torch.testing.assert_close(y.cpu().double(), ref, **tol, msg=f"kernel {kernel}")
         ran += 1
     assert ran >= 1
-    arbitrary = torch.randint(0, 256, indices.shape, dtype=torch.uint8).cuda()
-    ops.spmm(xc, vc, arbitrary, N, M, L)
+    arbitrary = torch.randint(0, 256, indices.shape, dtype=torch.uint8)
+    y = ops.spmm(xc, vc, arbitrary.cuda(), N, M, L)
     torch.cuda.synchronize()  # no fault (an out-of-bounds access would surface here)
+    ref = _gather_ref64(x, values, arbitrary & (M - 1), N, M, L)
+    torch.testing.assert_close(y.cpu().double(), ref, **tol, msg="heuristic, arbitrary bytes")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("m", [1, 5, 300])
+def test_every_plan_has_one_semantics(m, dtype):
+    # On every plan (gathering kernels and the fp16/bf16 dense expansion alike): a NaN or Inf of x at
+    # a pruned position is not read, and a position repeated in unchecked index data adds its values.
+    N, M, L = 8, 32, 32
+    w = torch.randn(256, 512)
+    values, indices = ops.compress(w, ops.prune(w, N, M, L), N, M, L)
+    values = values.to(dtype)
+    repeated = indices.clone()
+    repeated[1, 3] = repeated[0, 3]  # window 0, vector 3: slot 1 reads slot 0's position
+    dense = ops.decompress(values.float(), indices, N, M, L)
+    pruned_v0 = (dense[:L, :M] == 0).all(0).nonzero().flatten()  # pruned for vector 0 only...
+    kept_other = (dense[L:, :M] != 0).any(0)
+    col = int(pruned_v0[kept_other[pruned_v0]][0])  # ...and kept by another vector
+    x = torch.randn(m, 512).to(dtype)
+    x[0, col] = float("nan")
+    if m > 1:
+        x[-1, col] = float("inf")
+    if m > 2:
+        x[m // 2, 100] = float("nan")  # wherever it is kept, it propagates
+    tol = dict(rtol=1e-4, atol=1e-3) if dtype == torch.float32 else dict(rtol=2e-2, atol=1e-1)
+    families = set()
+    for idx in (indices, repeated):
+        ref = _gather_ref64(x, values, idx, N, M, L)
+        assert torch.isfinite(ref[0, :L]).all() and not torch.isfinite(ref[0]).all()
+        xc, vc, ic = x.cuda(), values.cuda(), idx.cuda()
+        for kernel in ops.kernels():
+            try:
+                y = ops.spmm_with_plan(xc, vc, ic, N, M, L, None, None, None, kernel, 1)
+            except RuntimeError:
+                continue  # a plan this shape or dtype cannot run
+            y = y.cpu().double()
+            msg = f"kernel {kernel}, {'repeated' if idx is repeated else 'clean'} indices"
+            assert torch.equal(torch.isnan(y), torch.isnan(ref)), msg
+            assert torch.equal(torch.isinf(y), torch.isinf(ref)), msg
+            fin = torch.isfinite(ref)
+            torch.testing.assert_close(y[fin], ref[fin], **tol, msg=msg)
+            families.add(nmspmm.kernel_info(kernel).family)
+    assert families and (dtype == torch.float32 or {"dense_expand", "tc_prefill"} <= families), families
 
 
 @pytest.mark.cuda

@@ -20,23 +20,36 @@ namespace nmspmm {
 namespace {
 
 // cuBLAS (at::linear) on the expanded weight; the dense copy comes from the caching allocator and
-// lives for the call only, so the resident weight stays compressed.
+// lives for the call only, so the resident weight stays compressed. A last kernel recomputes the
+// rows of x that hold a NaN or Inf from their kept inputs (docs/format.md, "NaN and Inf in x").
 at::Tensor spmm_half_dense(const at::Tensor& x, const at::Tensor& vals, const at::Tensor& idx, int64_t N, int64_t M,
                            int64_t L, const at::Tensor& b) {
-  const int64_t in = x.size(1), out = vals.size(1);
+  const int64_t m = x.size(0), in = x.size(1), out = vals.size(1);
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   at::Tensor dense = at::empty({out, in}, x.options());
   kernels::HalfSpmmParams p{};
+  p.x = x.data_ptr();
+  p.ldx = x.stride(0);
   p.values = vals.data_ptr();
   p.indices = idx.data_ptr<uint8_t>();
+  p.bias = b.defined() ? b.data_ptr() : nullptr;
+  p.m = m;
   p.n = out;
   p.k = in;
   p.N = static_cast<int>(N);
   p.M = static_cast<int>(M);
   p.L = static_cast<int>(L);
-  const cudaError_t err = kernels::launch_expand_dense(p, dense.data_ptr(), c10::cuda::getCurrentCUDAStream());
+  p.dtype = x.scalar_type() == at::kBFloat16 ? kernels::HalfType::kBF16 : kernels::HalfType::kF16;
+  cudaError_t err = kernels::launch_expand_dense(p, dense.data_ptr(), stream);
   TORCH_CHECK(err == cudaSuccess, "nmspmm.spmm: expanding the fp16/bf16 weight failed for n=", out, " k=", in, ": ",
               cudaGetErrorString(err));
-  return b.defined() ? at::linear(x, dense, b) : at::linear(x, dense);
+  at::Tensor y = b.defined() ? at::linear(x, dense, b) : at::linear(x, dense);
+  TORCH_CHECK(y.dim() == 2 && y.stride(1) == 1, "nmspmm.spmm: unexpected layout of the dense product");
+  p.y = y.data_ptr();
+  err = kernels::launch_regather_non_finite_rows(p, y.stride(0), stream);
+  TORCH_CHECK(err == cudaSuccess, "nmspmm.spmm: the non-finite row check failed for m=", m, " n=", out, ": ",
+              cudaGetErrorString(err));
+  return y;
 }
 
 }  // namespace

@@ -33,8 +33,13 @@ size_t tc_prefill_scratch_bytes(const HalfSpmmParams& p, int config);
 cudaError_t launch_tc_prefill(const HalfSpmmParams& p, int config, cudaStream_t stream);
 
 // Expands the compressed weight into the dense W[n, k] (same dtype) at `dense` (16-byte aligned,
-// n * k elements) for the dense tensor-core path of large-m calls.
+// n * k elements) for the dense tensor-core path of large-m calls; reads values, indices, n, k,
+// N, M, L, dtype. A position repeated within a (window, vector) adds its values.
 cudaError_t launch_expand_dense(const HalfSpmmParams& p, void* dense, cudaStream_t stream);
+// After the dense product y = x W^T (+ bias) at p.y (row stride ldy): recomputes from the kept
+// inputs only the rows whose y[i, 0] is NaN or Inf, i.e. the rows of x holding a non-finite value,
+// so that a non-finite x at a pruned position is not read, as on every other path.
+cudaError_t launch_regather_non_finite_rows(const HalfSpmmParams& p, int64_t ldy, cudaStream_t stream);
 
 // Decode kernels (small m): stream the compressed weight. `config` selects a variant.
 size_t half_decode_scratch_bytes(const HalfSpmmParams& p, int config);
