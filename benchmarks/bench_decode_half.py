@@ -7,10 +7,11 @@ Llama-3-8B 1024x4096, 14336x4096, 4096x14336, out x in), L = 32, M = 32:
   eagerly, speedup over F.linear, r = dense bytes / compressed bytes (values + indices), speedup / r,
   GB/s of each side, and the per-cell floor (speedup >= 0.7 r for dense weights of 64 MB or more,
   >= 0.5 r for 16-64 MB, >= 1.0 below);
-* m-sweep (bf16, graphs): m = 1, 2, 4, 8, 12, 16, 24, 32, 48, 64 with the default dispatch (the
-  native decode kernels take m <= 64) and, measured in a child process with
-  NMSPMM_HALF_DECODE_MAX_M=0, the path the call takes without them (the native prefill kernel
-  where it takes the m, else the float32 path): where the second is faster is the crossover.
+* m-sweep (bf16, graphs, N = 12 / 8 / 4 of 32, i.e. 62.5% sparsity or more): m = 1, 2, 4, 8, 12,
+  16, 24, 32, 48, 64, 96, 128, 256 with the default dispatch (the native decode kernels take
+  m <= 64) and, for m <= 64, measured in a child process with NMSPMM_HALF_DECODE_MAX_M=0, the path
+  the call takes without them (the native prefill plans): where the second is faster is the
+  crossover. Cells slower than cuBLAS are listed.
 
 Weights are cycled past L2: each timed sequence calls the op on as many weight copies as make up
 256 MB (at least 2), captured in one CUDA graph; the time is the median over replays, per call.
@@ -38,7 +39,8 @@ import common  # noqa: E402
 
 SHAPES = [("Llama-2-7B", 4096, 4096), ("Llama-2-7B", 11008, 4096), ("Llama-2-7B", 4096, 11008),
           ("Llama-3-8B", 1024, 4096), ("Llama-3-8B", 14336, 4096), ("Llama-3-8B", 4096, 14336)]
-SWEEP_M = [1, 2, 4, 8, 12, 16, 24, 32, 48, 64]
+SWEEP_M = [1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 256]
+DECODE_MAX_M = 64  # the decode kernels' range (kHalfDecodeMaxM)
 ROTATE_BYTES = 256e6
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -176,12 +178,12 @@ def main(argv=None):
     import nmspmm  # noqa: F401  (loads the ops)
 
     Ns = [16, 4] if args.quick else [16, 12, 8, 4]
-    sweep_Ns = [16, 4] if args.quick else [16, 8, 4]
+    sweep_Ns = [12, 4] if args.quick else [12, 8, 4]
     ms = [1, 16] if args.quick else [1, 8, 16]
-    sweep_m = [1, 16, 32, 64] if args.quick else SWEEP_M
+    sweep_m = [1, 16, 32, 64, 128] if args.quick else SWEEP_M
     if args.sweep_json:  # child process of the m-sweep (environment set by the parent)
         with open(args.sweep_json, "w") as f:
-            json.dump(sweep_rows(sweep_Ns, sweep_m), f)
+            json.dump(sweep_rows(sweep_Ns, [m for m in sweep_m if m <= DECODE_MAX_M]), f)
         return
 
     out_dir = args.out or common.default_out_dir("decode_half")
@@ -210,12 +212,12 @@ def main(argv=None):
         with open(child_json) as f:
             other = {(r["out"], r["inp"], r["pattern"], r["m"]): r for r in json.load(f)}
         for r in sweep:
-            o = other[(r["out"], r["inp"], r["pattern"], r["m"])]
-            r["us_without_decode"] = o["us"]
-            r["decode_faster"] = r["us"] <= o["us"]
+            o = other.get((r["out"], r["inp"], r["pattern"], r["m"]))
+            r["us_without_decode"] = o["us"] if o else float("nan")
+            r["decode_faster"] = o is None or r["us"] <= o["us"]
         common.write_csv(os.path.join(out_dir, "msweep.csv"), sweep)
-        lines += ["", "## m-sweep (bf16, graphs): speedup over cuBLAS with decode / without it (prefill or "
-                  "float32 path)", "", "| layer | N:M | " + " | ".join(f"m={m}" for m in sweep_m) + " |",
+        lines += ["", "## m-sweep (bf16, graphs): speedup over cuBLAS with the default plans / without the decode "
+                  "kernels (m <= 64)", "", "| layer | N:M | " + " | ".join(f"m={m}" for m in sweep_m) + " |",
                   "|" + "---|" * (len(sweep_m) + 2)]
         for model, n, k in SHAPES:
             for N in sweep_Ns:
@@ -223,11 +225,16 @@ def main(argv=None):
                 for m in sweep_m:
                     r = next(x for x in sweep if x["out"] == n and x["inp"] == k and x["pattern"] == f"{N}:32"
                              and x["m"] == m)
-                    cells.append(f"{r['speedup']:.2f} / {r['us_dense'] / r['us_without_decode']:.2f}")
+                    cells.append(f"{r['speedup']:.2f} / {r['us_dense'] / r['us_without_decode']:.2f}"
+                                 if r["m"] <= DECODE_MAX_M else f"{r['speedup']:.2f}")
                 lines.append(f"| {model} {n}x{k} | {N}:32 | " + " | ".join(cells) + " |")
         slower = [r for r in sweep if not r["decode_faster"]]
         lines += ["", "decode slower than the path without it at: " +
                   (", ".join(f"{r['out']}x{r['inp']} {r['pattern']} m={r['m']}" for r in slower) or "none")]
+        below = [r for r in sweep if r["speedup"] < 1.0]
+        lines += ["", f"slower than cuBLAS ({len(below)} of {len(sweep)} cells): " +
+                  (", ".join(f"{r['out']}x{r['inp']} {r['pattern']} m={r['m']} ({r['speedup']:.2f}x)" for r in below)
+                   or "none")]
     text = "\n".join(lines)
     with open(os.path.join(out_dir, "decode_half.md"), "w") as f:
         f.write(text + "\n")

@@ -1,7 +1,15 @@
 #!/usr/bin/env bash
-# One device call: build the CUDA flavour, run the whole test suite on the GPU, a
-# compute-sanitizer pass over every kernel, and (optionally) the benchmarks.
-#   bash tools/gpu_check.sh [tests] [sanitize] [quick] [full] [e2e]
+# One device call: build the CUDA flavour, then the phases named (in order):
+#   tests     the whole test suite on the GPU (pytest-xdist, 8 workers)
+#   sanitize  compute-sanitizer memcheck and racecheck over every kernel (tools/sanitize_run.py)
+#   fuzz      tools/gpu_fuzz.py: 10,000 random configurations + corrupted-index, corrupted-col_info
+#             and non-finite-x cases against fp64 references
+#   fuzzmem   the same harness on small shapes under compute-sanitizer memcheck, every tensor its own
+#             allocation (PYTORCH_NO_CUDA_MEMORY_CACHING=1)
+#   quick | full | e2e   benchmarks (bench_spmm --quick, --suite all, e2e_llama)
+#   arch90    a second build with TORCH_CUDA_ARCH_LIST=9.0 (in a copy of the tree), timed against
+#             this one on the 100 NM-SpMM points in fp32
+#   bash tools/gpu_check.sh tests fuzz fuzzmem sanitize
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0a} MAX_JOBS=${MAX_JOBS:-16} HF_HUB_OFFLINE=1
@@ -12,10 +20,23 @@ for phase in "$@"; do
   t=$(date +%s)
   case "$phase" in
     tests) mkdir -p "$OUT/gpu_tests"
-      for f in tests/test_*.py; do
-        name=$(basename "$f" .py)
-        timeout 300 python3 -m pytest -q -rf --no-header -p no:cacheprovider "$f" > "$OUT/gpu_tests/gpu_$name.txt" 2>&1
-        echo "$name rc=$? $(tail -1 "$OUT/gpu_tests/gpu_$name.txt")"
+      timeout 900 python3 -m pytest -q -rf --no-header -p no:cacheprovider -n 8 tests > "$OUT/gpu_tests/pytest.txt" 2>&1
+      echo "tests rc=$? $(tail -1 "$OUT/gpu_tests/pytest.txt")"; grep -E "^FAILED|^ERROR" "$OUT/gpu_tests/pytest.txt" | head -20 ;;
+    fuzz) mkdir -p "$OUT/gpu_tests"
+      timeout 900 python3 tools/gpu_fuzz.py --out "$OUT/gpu_tests/fuzz_summary.txt" > "$OUT/gpu_tests/fuzz.txt" 2>&1
+      echo "fuzz rc=$?"; cat "$OUT/gpu_tests/fuzz_summary.txt" ;;
+    fuzzmem) mkdir -p "$OUT/gpu_tests"
+      PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 600 compute-sanitizer --tool memcheck --print-limit 20 \
+        python3 tools/gpu_fuzz.py --cases 150 --small --corrupt-cases 10 > "$OUT/gpu_tests/fuzz_memcheck.txt" 2>&1
+      echo "fuzz under memcheck rc=$?"; tail -16 "$OUT/gpu_tests/fuzz_memcheck.txt" ;;
+    arch90) src=$(pwd); rm -rf /tmp/nmspmm_arch90; mkdir -p /tmp/nmspmm_arch90
+      git ls-files -z | xargs -0 cp --parents -t /tmp/nmspmm_arch90
+      (cd /tmp/nmspmm_arch90 && TORCH_CUDA_ARCH_LIST=9.0 python3 setup.py build_ext --inplace > "$OUT/build_arch90.log" 2>&1) || { tail -20 "$OUT/build_arch90.log"; continue; }
+      for tree in "$src" /tmp/nmspmm_arch90; do
+        name=arch_$(basename "$tree")
+        (cd "$tree" && export PYTHONPATH="$tree" && python3 -c "import nmspmm; print(nmspmm.__file__, nmspmm.build_info())" &&
+         python3 benchmarks/bench_spmm.py --suite nmspmm100 --dtypes fp32 --nm-dtypes fp32 --semi24 none \
+           --out "$OUT/$name" > "$OUT/$name.txt" 2>&1; tail -8 "$OUT/$name.txt")
       done ;;
     sanitize) mkdir -p "$OUT/gpu_tests"
       for tool in memcheck racecheck; do timeout 240 compute-sanitizer --tool $tool --print-limit 20 python3 tools/sanitize_run.py > "$OUT/gpu_tests/sanitizer_$tool.txt" 2>&1; echo "sanitizer $tool rc=$?"; tail -3 "$OUT/gpu_tests/sanitizer_$tool.txt"; done ;;
