@@ -12,8 +12,8 @@ The models are built from the real configs (benchmarks/shapes.py) with --layers 
     captured in a CUDA graph with HF's StaticCache and replayed (launch overhead removed);
   * peak memory (torch.cuda.max_memory_allocated) per phase and the model's parameter+buffer bytes.
 Sparse fp32 models are first checked against the same model with the pruned weights decompressed
-into nn.Linear (logits relative error). nmspmm's kernels compute in fp32: a bf16 model's values
-and activations are upcast inside every call, so its bf16 numbers carry that conversion cost.
+into nn.Linear (logits relative error). A bf16 model keeps bf16 values and takes the native
+fp16/bf16 plans (decode, tensor-core prefill, dense expansion) where the registry has them.
 Writes <out>/e2e_llama.csv and <out>/e2e_llama.json; see docs/benchmarks.md.
 """
 from __future__ import annotations
@@ -375,7 +375,7 @@ def main(argv=None) -> int:
     settings = {k: getattr(args, k) for k in ("layers", "prefill", "prompt", "new_tokens", "batches", "reps",
                                               "seed", "tiny", "no_graph")}
     settings.update(models=models, patterns=[str(p) for p in patterns], dtypes=dtypes, attn="sdpa",
-                    note="nmspmm computes in fp32; bf16 models upcast values and activations inside the op")
+                    note="bf16 models take nmspmm's native fp16/bf16 plans where the registry has them")
     log(f"e2e: {env.get('gpu_name', args.device)}; models {', '.join(models)} with {args.layers} decoder layers "
         f"(random weights); prefill 1x{args.prefill}; decode {args.new_tokens} tokens at batch {args.batches} "
         f"(prompt {args.prompt}); dtypes {', '.join(dtypes)}; -> {out}")

@@ -121,7 +121,7 @@ def e2e_table(data: Dict) -> List[str]:
     st = data.get("settings", {})
     out = [f"**End to end** — LlamaForCausalLM with random weights, {st.get('layers')} decoder layers "
            f"(the full models have 32), prefill 1×{st.get('prefill')} tokens, decode {st.get('new_tokens')} "
-           f"new tokens; nmspmm computes in fp32 also for bf16 models (values and activations upcast in the op).",
+           f"new tokens; bf16 models take nmspmm's native fp16/bf16 plans where the registry has them.",
            "",
            "| model | dtype | variant | prefill ms | prefill speedup | decode tok/s b=1 (graph) | "
            "decode tok/s b=16 (graph) | decode speedup b=1 | weight MiB | peak MiB |",

@@ -98,8 +98,9 @@ class NMLinear(nn.Module):
     ``forward`` accepts ``x[..., in_features]`` in float32, float16 or bfloat16. If ``x`` has a
     different floating dtype than the layer (``values``), it is cast to the layer's dtype and the
     result is cast back to ``x``'s dtype; integer, bool and complex inputs are refused, as by
-    ``nn.Linear``. On CUDA, half-precision prefill (m >= 17) runs tensor-core kernels; other
-    half-precision calls are upcast to float32 inside the op.
+    ``nn.Linear``. On CUDA, half-precision calls run native fp16/bf16 kernels where the README's
+    support matrix says so (decode, tensor-core prefill, dense expansion) and are upcast to float32
+    inside the op elsewhere.
 
     The state dict holds ``values``, ``indices``, ``bias`` and ``_extra_state`` (the pattern and
     format version); ``load_state_dict`` checks all of it before it changes anything.
