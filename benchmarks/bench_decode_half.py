@@ -13,6 +13,12 @@ Llama-3-8B 1024x4096, 14336x4096, 4096x14336, out x in), L = 32, M = 32:
   the call takes without them (the native prefill plans): where the second is faster is the
   crossover. Cells slower than cuBLAS are listed.
 
+With --stream-ref each decode row also gets the time of a pure streaming read of the same
+compressed bytes (a minimal CUDA kernel, compiled at start with torch.utils.cpp_extension: 16-byte
+non-caching loads, the best of a few grid sizes, the same graphs and L2 cycling). A decode kernel
+moves at least these bytes, so the stream time approximates the best it can reach and cuBLAS time /
+stream time ("bound") the speedup a cell can reach.
+
 Weights are cycled past L2: each timed sequence calls the op on as many weight copies as make up
 256 MB (at least 2), captured in one CUDA graph; the time is the median over replays, per call.
 
@@ -122,6 +128,57 @@ def sparse_times(dtype, n, k, N, M, L, m, eager):
     return out
 
 
+STREAM_SRC = r"""
+#include <torch/extension.h>
+#include <c10/cuda/CUDAStream.h>
+// Reads n16 16-byte words, 4 independent loads in flight per thread; the xor keeps the loads.
+__global__ void stream_read_kernel(const uint4* __restrict__ p, int64_t n16, unsigned* sink) {
+  const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  unsigned acc = 0;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n16; i += 4 * stride) {
+    uint4 v[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int64_t j = i + u * stride;
+      v[u] = make_uint4(0, 0, 0, 0);
+      if (j < n16)
+        asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                     : "=r"(v[u].x), "=r"(v[u].y), "=r"(v[u].z), "=r"(v[u].w) : "l"(p + j));
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+  }
+  if (acc == 0x9e3779b9u) *sink = acc;
+}
+void stream_read(torch::Tensor t, torch::Tensor sink, int64_t blocks) {
+  stream_read_kernel<<<blocks, 256, 0, c10::cuda::getCurrentCUDAStream()>>>(
+      reinterpret_cast<const uint4*>(t.data_ptr()), t.numel() / 16, reinterpret_cast<unsigned*>(sink.data_ptr()));
+}
+"""
+_stream_mod = None
+
+
+def stream_time(nbytes):
+    """Graph time (us) of the fastest pure read of nbytes (cycled past L2) over a few grid sizes."""
+    global _stream_mod
+    if _stream_mod is None:
+        from torch.utils.cpp_extension import load_inline
+        _stream_mod = load_inline("nmspmm_stream_read", cpp_sources="void stream_read(torch::Tensor t, "
+                                  "torch::Tensor sink, int64_t blocks);", cuda_sources=STREAM_SRC,
+                                  functions=["stream_read"], extra_cuda_cflags=["-O3"], verbose=False)
+    nbytes = (nbytes + 15) // 16 * 16
+    copies = max(2, min(400, math.ceil(ROTATE_BYTES / nbytes)))
+    buf = torch.empty(copies, nbytes, dtype=torch.uint8, device="cuda").random_()
+    sink = torch.zeros(1, dtype=torch.int32, device="cuda")
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    best = math.inf
+    for blocks in (sms, 2 * sms, 4 * sms, 8 * sms, 16 * sms):
+        fns = [lambda i=i: _stream_mod.stream_read(buf[i], sink, blocks) for i in range(copies)]
+        best = min(best, time_graph(fns))
+    del buf
+    return best
+
+
 def floor_of(dense_bytes, r):
     if dense_bytes >= 64e6:
         return 0.7 * r
@@ -130,7 +187,7 @@ def floor_of(dense_bytes, r):
     return 1.0
 
 
-def decode_rows(dtypes, Ns, ms, M=32, L=32):
+def decode_rows(dtypes, Ns, ms, M=32, L=32, stream_ref=False):
     rows = []
     for dname in dtypes:
         dtype = DTYPES[dname]
@@ -143,7 +200,9 @@ def decode_rows(dtypes, Ns, ms, M=32, L=32):
                     r = dense_bytes / comp
                     sp = dus / us
                     fl = floor_of(dense_bytes, r)
+                    st = stream_time(comp) if stream_ref else float("nan")
                     rows.append(dict(dtype=dname, model=model, out=n, inp=k, pattern=f"{N}:{M}", L=L, m=m,
+                                     us_stream=st, bound_speedup=dus / st,
                                      us_graph=us, us_dense_graph=dus, speedup_graph=sp,
                                      us_eager=us_eager, us_dense_eager=dus_eager, speedup_eager=dus_eager / us_eager,
                                      r=r, speedup_over_r=sp / r, floor=fl, floor_met=sp >= fl,
@@ -171,6 +230,8 @@ def main(argv=None):
     ap.add_argument("--out", default=None, help="output directory (default: benchmarks/results/<gpu>/...)")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--no-sweep", action="store_true", help="skip the m-sweep")
+    ap.add_argument("--stream-ref", action="store_true",
+                    help="also time a pure streaming read of each row's compressed bytes (compiles a kernel)")
     ap.add_argument("--sweep-json", default=None, help=argparse.SUPPRESS)  # child: write the sweep here
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
@@ -190,16 +251,17 @@ def main(argv=None):
     os.makedirs(out_dir, exist_ok=True)
     env = common.collect_env()
     t0 = time.time()
-    rows = decode_rows(["bf16"] if args.quick else ["bf16", "fp16"], Ns, ms)
+    rows = decode_rows(["bf16"] if args.quick else ["bf16", "fp16"], Ns, ms, stream_ref=args.stream_ref)
     common.write_csv(os.path.join(out_dir, "decode_half.csv"), rows)
     lines = [f"# fp16 / bf16 decode ({torch.cuda.get_device_name()}, torch {torch.__version__})", "",
              "| dtype | layer (out x in) | N:M | m | graph us | cuBLAS us | speedup | r | speedup / r | floor | "
-             "GB/s | cuBLAS GB/s | eager us | cuBLAS eager us |", "|" + "---|" * 14]
+             "GB/s | cuBLAS GB/s | eager us | cuBLAS eager us | stream us | bound |", "|" + "---|" * 16]
     for r in rows:
         lines.append(f"| {r['dtype']} | {r['model']} {r['out']}x{r['inp']} | {r['pattern']} | {r['m']} | "
                      f"{r['us_graph']:.2f} | {r['us_dense_graph']:.2f} | {r['speedup_graph']:.2f} | {r['r']:.2f} | "
                      f"{r['speedup_over_r']:.2f} | {r['floor']:.2f} {'ok' if r['floor_met'] else 'MISSED'} | "
-                     f"{r['gbps']:.0f} | {r['gbps_dense']:.0f} | {r['us_eager']:.2f} | {r['us_dense_eager']:.2f} |")
+                     f"{r['gbps']:.0f} | {r['gbps_dense']:.0f} | {r['us_eager']:.2f} | {r['us_dense_eager']:.2f} | "
+                     f"{r['us_stream']:.2f} | {r['bound_speedup']:.2f} |")
     met = sum(r["floor_met"] for r in rows)
     lines += ["", f"floors met: {met} / {len(rows)}"]
 
