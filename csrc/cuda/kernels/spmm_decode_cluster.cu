@@ -22,6 +22,7 @@
 #include <cstdint>
 
 #include "cluster_reduce.cuh"
+#include "fma_order.cuh"
 #include "launch_overlap.cuh"
 #include "smem_limit.h"
 #include "spmm_decode.h"
@@ -102,17 +103,10 @@ __global__ void __launch_bounds__(W * 32) spmm_decode_cluster_kernel(const SpmmP
           s = 0;
           ++wo;
         }
-#pragma unroll
-        for (int i = 0; i < MR; ++i) {
-          // A plain load, not __ldg: x is the previous kernel's output, and an invariant load may
-          // be hoisted above grid_dependency_wait() (a variant of this loop compiles so and fails
-          // the chained-calls test; tools/check_pdl_loads.py checks the SASS).
-          const float a = i < m ? xb[c + i * ldx] : 0.f;
-          acc[i][0] = fmaf(a, b[r].x, acc[i][0]);
-          acc[i][1] = fmaf(a, b[r].y, acc[i][1]);
-          acc[i][2] = fmaf(a, b[r].z, acc[i][2]);
-          acc[i][3] = fmaf(a, b[r].w, acc[i][3]);
-        }
+        // A plain load, not __ldg: x is the previous kernel's output, and an invariant load may be
+        // hoisted above grid_dependency_wait() (a variant of this loop compiles so and fails the
+        // chained-calls test; tools/check_pdl_loads.py checks the SASS).
+        fma_row4(acc, b[r], [&](int i) { return i < m ? xb[c + i * ldx] : 0.f; });
       }
     }
   }

@@ -27,6 +27,7 @@
 
 #include "cp_async.cuh"
 #include "cluster_reduce.cuh"
+#include "fma_order.cuh"
 #include "launch_overlap.cuh"
 #include "smem_limit.h"
 #include "spmm_decode.h"
@@ -150,14 +151,7 @@ __global__ void __launch_bounds__(kStagedWarps * 32, 2) spmm_decode_staged_kerne
   // One compressed row's FMAs: acc[i][:] += x[i][c] * the row's 4 weights, for the MR rows of x in
   // the chunk buffer xc.
   auto fma_row = [&](const float* xc, int c, const float4& w) {
-#pragma unroll
-    for (int i = 0; i < MR; ++i) {
-      const float a = xc[i * XC + c];
-      acc[i][0] = fmaf(a, w.x, acc[i][0]);
-      acc[i][1] = fmaf(a, w.y, acc[i][1]);
-      acc[i][2] = fmaf(a, w.z, acc[i][2]);
-      acc[i][3] = fmaf(a, w.w, acc[i][3]);
-    }
+    fma_row4(acc, w, [&](int i) { return xc[i * XC + c]; });
   };
 
   int idx[D];

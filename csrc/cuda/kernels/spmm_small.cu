@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include "fma_order.cuh"
 #include "launch_overlap.cuh"
 #include "spmm.h"
 #include "spmm_small.h"
@@ -103,14 +104,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
             s = 0;
             cbase += M;
           }
-#pragma unroll
-          for (int i = 0; i < MR; ++i) {
-            const float a = xs[i * kDecodeXCols + c];
-            acc[i][0] = fmaf(a, b[r].x, acc[i][0]);
-            acc[i][1] = fmaf(a, b[r].y, acc[i][1]);
-            acc[i][2] = fmaf(a, b[r].z, acc[i][2]);
-            acc[i][3] = fmaf(a, b[r].w, acc[i][3]);
-          }
+          fma_row4(acc, b[r], [&](int i) { return xs[i * kDecodeXCols + c]; });
         }
       }
     } else {
@@ -123,14 +117,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
           const int64_t u = u0 + s;
           const float4 b = __ldcs(reinterpret_cast<const float4*>(p.values + u * n + col));
           const int c = cbase | (__ldg(p.indices + u * q + v) & (M - 1));  // masked: never outside the window
-#pragma unroll
-          for (int i = 0; i < MR; ++i) {
-            const float a = xs[i * kDecodeXCols + c];
-            acc[i][0] = fmaf(a, b.x, acc[i][0]);
-            acc[i][1] = fmaf(a, b.y, acc[i][1]);
-            acc[i][2] = fmaf(a, b.z, acc[i][2]);
-            acc[i][3] = fmaf(a, b.w, acc[i][3]);
-          }
+          fma_row4(acc, b, [&](int i) { return xs[i * kDecodeXCols + c]; });
         }
       }
     }
