@@ -20,6 +20,7 @@
 #include <cstdint>
 
 #include "cluster_barrier.cuh"
+#include "launch_overlap.cuh"
 #include "spmm.h"
 
 namespace nmspmm {
@@ -68,13 +69,8 @@ inline cudaError_t launch_split_k_clusters(Kernel kernel, const SpmmParams& p, i
   cfg.blockDim = dim3(static_cast<unsigned>(threads), 1, 1);
   cfg.dynamicSmemBytes = smem_bytes;
   cfg.stream = stream;
-  cudaLaunchAttribute attr[2];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = 1;
-  attr[0].val.clusterDim.y = static_cast<unsigned>(p.split_k);
-  attr[0].val.clusterDim.z = 1;
-  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[1].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchAttribute attr[2] = {cluster_attribute(dim3(1, static_cast<unsigned>(p.split_k), 1)),
+                                 dependent_launch_attribute()};
   cfg.attrs = attr;
   cfg.numAttrs = p.dependent_launch ? 2 : 1;
   return cudaLaunchKernelEx(&cfg, kernel, p);

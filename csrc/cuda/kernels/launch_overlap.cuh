@@ -4,6 +4,9 @@
 // kernel writes (and before it writes anything that kernel reads); the kernel before it calls
 // allow_dependent_launch() once its blocks no longer need the SM slots to themselves. Both are
 // no-ops on older GPUs and for kernels launched without the attribute.
+//
+// Also the launch attributes (cudaLaunchKernelEx) the launchers combine: that one, and a
+// thread-block cluster (sm_90).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -24,6 +27,23 @@ __device__ __forceinline__ void allow_dependent_launch() {
 #endif
 }
 
+inline cudaLaunchAttribute dependent_launch_attribute() {
+  cudaLaunchAttribute a = {};
+  a.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  a.val.programmaticStreamSerializationAllowed = 1;
+  return a;
+}
+
+// Blocks of a grid grouped into clusters of dims.x x dims.y x dims.z.
+inline cudaLaunchAttribute cluster_attribute(dim3 dims) {
+  cudaLaunchAttribute a = {};
+  a.id = cudaLaunchAttributeClusterDimension;
+  a.val.clusterDim.x = dims.x;
+  a.val.clusterDim.y = dims.y;
+  a.val.clusterDim.z = dims.z;
+  return a;
+}
+
 // Launches kernel(args...) on ceil(items / 256) blocks of 256 threads (one item per thread), with
 // programmatic dependent launch when `overlap` (the kernel then calls grid_dependency_wait() before
 // reading what the kernel before it writes): the split-K reductions after their split kernels.
@@ -36,9 +56,7 @@ inline cudaError_t launch_items_after(Kernel kernel, int64_t items, bool overlap
   cfg.gridDim = dim3(static_cast<unsigned>(blocks), 1, 1);
   cfg.blockDim = dim3(kThreads, 1, 1);
   cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchAttribute attr[1] = {dependent_launch_attribute()};
   cfg.attrs = attr;
   cfg.numAttrs = overlap ? 1 : 0;
   return cudaLaunchKernelEx(&cfg, kernel, args...);

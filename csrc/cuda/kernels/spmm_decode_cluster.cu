@@ -163,11 +163,7 @@ cudaError_t decode_cluster_max_size(int* size) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(1, kMaxDecodeClusterSize, 1);
   cfg.blockDim = dim3(4 * 32, 1, 1);
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = 1;
-  attr[0].val.clusterDim.y = kMaxDecodeClusterSize;
-  attr[0].val.clusterDim.z = 1;
+  cudaLaunchAttribute attr[1] = {cluster_attribute(dim3(1, kMaxDecodeClusterSize, 1))};
   cfg.attrs = attr;
   cfg.numAttrs = 1;
   int clusters = 0;

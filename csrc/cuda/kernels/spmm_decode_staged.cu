@@ -295,11 +295,7 @@ cudaError_t decode_staged_places_cluster(int size, bool* ok) {
   cfg.gridDim = dim3(1, static_cast<unsigned>(size), 1);
   cfg.blockDim = dim3(kStagedWarps * 32, 1, 1);
   cfg.dynamicSmemBytes = staged_smem_bytes<16>();
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = 1;
-  attr[0].val.clusterDim.y = static_cast<unsigned>(size);
-  attr[0].val.clusterDim.z = 1;
+  cudaLaunchAttribute attr[1] = {cluster_attribute(dim3(1, static_cast<unsigned>(size), 1))};
   cfg.attrs = attr;
   cfg.numAttrs = 1;
   int clusters = 0;

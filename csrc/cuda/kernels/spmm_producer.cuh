@@ -1,4 +1,5 @@
-// The warp-specialized tiled FP32 SpMM kernel (sm_90, id 21): a producer warp feeds 8 math warps.
+// The warp-specialized tiled FP32 SpMM kernel (producer_f32_*, producer_tail_f32_*; sm_90): a producer
+// warp feeds 8 math warps.
 //
 //   C[m0:m0+BM, n0:n0+BN] = sum over k-blocks of  A_s (k-slab of xT)  (*)  (B_s, D_s)
 //
@@ -488,9 +489,7 @@ cudaError_t launch_producer_impl(const SpmmParams& p, cudaStream_t stream, int64
   cfg.stream = stream;
   // Launched during the x transpose (p.dependent_launch): the producer waits for it before its first
   // tensor copy; the math warps read only shared memory and write y.
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchAttribute attr[1] = {dependent_launch_attribute()};
   cfg.attrs = attr;
   cfg.numAttrs = p.dependent_launch ? 1 : 0;
   if constexpr (!TAIL) {

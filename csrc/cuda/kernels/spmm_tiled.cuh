@@ -591,14 +591,8 @@ cudaError_t launch_tiled(const SpmmParams& p, cudaStream_t stream) {
   cfg.dynamicSmemBytes = launch_smem;
   cfg.stream = stream;
   cudaLaunchAttribute attr[2];
-  const cudaError_t attr_err = tile_cluster_attribute(p, C::TM, attr, &cfg.numAttrs);
+  const cudaError_t attr_err = set_tile_launch_attributes(p, C::TM, attr, cfg);
   if (attr_err != cudaSuccess) return attr_err;
-  if (p.dependent_launch) {
-    attr[cfg.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[cfg.numAttrs].val.programmaticStreamSerializationAllowed = 1;
-    ++cfg.numAttrs;
-  }
-  cfg.attrs = attr;
   return cudaLaunchKernelEx(&cfg, spmm_tiled_kernel<C>, p, wb, qt, stage);
 }
 

@@ -17,6 +17,7 @@
 
 #include "bulk_store.cuh"
 #include "cluster_barrier.cuh"
+#include "launch_overlap.cuh"
 #include "spmm.h"
 
 namespace nmspmm {
@@ -118,18 +119,19 @@ __device__ __forceinline__ void store_output_tile(const float (&acc)[TM][8], con
   }
 }
 
-// Launch side of the cluster reduction: with p.cluster_reduce the split_k blocks of a tile (along z)
-// form one thread-block cluster. Sets that attribute into attr[0] and *count (0 or 1); refuses a
-// split the epilogue cannot reduce (2..8 ranks, at most 2 x TM slots per thread).
-inline cudaError_t tile_cluster_attribute(const SpmmParams& p, int tm, cudaLaunchAttribute* attr, unsigned* count) {
-  *count = 0;
-  if (!p.cluster_reduce) return cudaSuccess;
-  if (p.split_k < 2 || p.split_k > 8 || 2 * tm < p.split_k) return cudaErrorInvalidValue;
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = 1;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = static_cast<unsigned>(p.split_k);
-  *count = 1;
+// Launch attributes of the kernels that end in store_output_tile, pointed to by cfg: with
+// p.cluster_reduce the split_k blocks of a tile (along z) form one thread-block cluster (a split
+// the epilogue cannot reduce is refused: 2..8 ranks, at most 2 x TM slots per thread); with
+// p.dependent_launch the kernel may start while the one before it in the stream runs.
+inline cudaError_t set_tile_launch_attributes(const SpmmParams& p, int tm, cudaLaunchAttribute (&attr)[2],
+                                              cudaLaunchConfig_t& cfg) {
+  cfg.numAttrs = 0;
+  if (p.cluster_reduce) {
+    if (p.split_k < 2 || p.split_k > 8 || 2 * tm < p.split_k) return cudaErrorInvalidValue;
+    attr[cfg.numAttrs++] = cluster_attribute(dim3(1, 1, static_cast<unsigned>(p.split_k)));
+  }
+  if (p.dependent_launch) attr[cfg.numAttrs++] = dependent_launch_attribute();
+  cfg.attrs = attr;
   return cudaSuccess;
 }
 

@@ -394,13 +394,8 @@ cudaError_t launch_one(const Args& a, int split_k, bool dependent, cudaStream_t 
   cfg.blockDim = dim3(W * 32, 1, 1);
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
-  cudaLaunchAttribute attr[2];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = 1;
-  attr[0].val.clusterDim.y = static_cast<unsigned>(split_k);
-  attr[0].val.clusterDim.z = 1;
-  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[1].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchAttribute attr[2] = {cluster_attribute(dim3(1, static_cast<unsigned>(split_k), 1)),
+                                 dependent_launch_attribute()};
   cfg.attrs = attr;
   cfg.numAttrs = dependent ? 2 : 1;
   return cudaLaunchKernelEx(&cfg, kernel, a);
