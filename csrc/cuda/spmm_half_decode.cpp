@@ -15,6 +15,7 @@
 
 #include "kernels/half/decode_half_plan.h"
 #include "kernels/half/spmm_half.h"
+#include "spmm_params.h"
 
 namespace nmspmm {
 
@@ -27,7 +28,6 @@ bool decode_launch_may_overlap(const at::Tensor& values, const at::Tensor& indic
 // and the plan (registry and compute capability).
 at::Tensor spmm_half_decode(const at::Tensor& x2, const at::Tensor& values, const at::Tensor& indices, int64_t N,
                             int64_t M, int64_t L, const std::optional<at::Tensor>& bias, bool narrow, int split_k) {
-  const at::ScalarType dtype = x2.scalar_type();
   const int64_t m = x2.size(0), in = x2.size(1), out = values.size(1);
   TORCH_CHECK(kernels::half_decode_supports(m, out, in, N, M, L), "nmspmm.spmm: the fp16/bf16 decode kernels cannot run m=",
               m, " n=", out, " k=", in, " with pattern ", N, ":", M, " L=", L);
@@ -42,21 +42,7 @@ at::Tensor spmm_half_decode(const at::Tensor& x2, const at::Tensor& values, cons
   if (bias.has_value()) b = bias->contiguous();
   at::Tensor y = at::empty({m, out}, x.options());
 
-  kernels::HalfSpmmParams p{};
-  p.x = x.data_ptr();
-  p.ldx = m > 1 ? x.stride(0) : in;
-  p.values = vals.data_ptr();
-  p.indices = idx.data_ptr<uint8_t>();
-  p.bias = b.defined() ? b.data_ptr() : nullptr;
-  p.y = y.data_ptr();
-  p.m = m;
-  p.n = out;
-  p.k = in;
-  p.N = static_cast<int>(N);
-  p.M = static_cast<int>(M);
-  p.L = static_cast<int>(L);
-  p.split_k = split_k;
-  p.dtype = dtype == at::kBFloat16 ? kernels::HalfType::kBF16 : kernels::HalfType::kF16;
+  kernels::HalfSpmmParams p = half_params(x, m > 1 ? x.stride(0) : in, vals, idx, b, y, N, M, L, split_k);
   int config = narrow ? kernels::kHalfDecodeNarrow : 0;
   if (decode_launch_may_overlap(vals, idx, y)) config |= kernels::kHalfDecodeDependentLaunch;
   // The kernels reduce on chip and need no scratch; the interface allows it.

@@ -14,6 +14,7 @@
 #include <optional>
 
 #include "kernels/half/spmm_half.h"
+#include "spmm_params.h"
 
 namespace nmspmm {
 
@@ -59,7 +60,6 @@ at::Tensor spmm_half_dense(const at::Tensor& x, const at::Tensor& vals, const at
 // plan (registry and compute capability).
 at::Tensor spmm_half_prefill(const at::Tensor& x2, const at::Tensor& values, const at::Tensor& indices, int64_t N,
                              int64_t M, int64_t L, const std::optional<at::Tensor>& bias, bool dense, int split_k) {
-  const at::ScalarType dtype = x2.scalar_type();
   const int64_t m = x2.size(0), in = x2.size(1), out = values.size(1);
   at::Tensor x = x2;
   if (x.stride(1) != 1 || x.stride(0) < in) x = x.contiguous();
@@ -72,21 +72,7 @@ at::Tensor spmm_half_prefill(const at::Tensor& x2, const at::Tensor& values, con
   at::Tensor y = at::empty({m, out}, x.options());
 
   const int config = 0;  // 128 tokens x 256 outputs per block, warps of 128 tokens x 32 outputs
-  kernels::HalfSpmmParams p{};
-  p.x = x.data_ptr();
-  p.ldx = x.stride(0);
-  p.values = vals.data_ptr();
-  p.indices = idx.data_ptr<uint8_t>();
-  p.bias = b.defined() ? b.data_ptr() : nullptr;
-  p.y = y.data_ptr();
-  p.m = m;
-  p.n = out;
-  p.k = in;
-  p.N = static_cast<int>(N);
-  p.M = static_cast<int>(M);
-  p.L = static_cast<int>(L);
-  p.split_k = split_k;
-  p.dtype = dtype == at::kBFloat16 ? kernels::HalfType::kBF16 : kernels::HalfType::kF16;
+  kernels::HalfSpmmParams p = half_params(x, x.stride(0), vals, idx, b, y, N, M, L, split_k);
   const size_t scratch_bytes = kernels::tc_prefill_scratch_bytes(p, config);
   TORCH_CHECK(scratch_bytes > 0, "nmspmm.spmm: the fp16/bf16 prefill kernel refused N=", N, " M=", M, " L=", L);
   at::Tensor scratch = at::empty({static_cast<int64_t>(scratch_bytes)}, x.options().dtype(at::kByte));

@@ -17,6 +17,7 @@
 #include "../registry.h"
 #include "kernels/spmm.h"
 #include "kernels/spmm_launch.h"
+#include "spmm_params.h"
 
 namespace nmspmm {
 
@@ -243,13 +244,7 @@ at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const a
   p.bias = b.defined() ? b.data_ptr<float>() : nullptr;
   p.y = y.data_ptr<float>();
   p.workspace = workspace.defined() && workspace.numel() > 0 ? workspace.data_ptr<float>() : nullptr;
-  p.m = m;
-  p.n = out;
-  p.k = in;
-  p.N = static_cast<int>(N);
-  p.M = static_cast<int>(M);
-  p.L = static_cast<int>(L);
-  p.split_k = plan.split_k;
+  set_problem(p, m, out, in, N, M, L, plan.split_k);
   p.cluster_reduce = cluster_reduce && !is_cluster_decode_kernel(plan.kernel);
   p.overlap_launches = clusters && ab.overlap;
   // y and the workspace come from the caching allocator (aligned); rows need n % 4 == 0.
