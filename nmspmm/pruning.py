@@ -266,6 +266,8 @@ def _run_block(block: nn.Module, inputs: List[Tuple[tuple, dict]]) -> List[torch
     return outs
 
 
+@torch.no_grad()  # the calibration forwards must not record autograd graphs: they would chain
+# every decoder layer's activations through the layer-by-layer inputs (memory ~ layers x tokens)
 def prune_linears(model: nn.Module, layers: Mapping[str, Pattern], method: str = "sparsegpt",
                   calibration: Optional[Iterable] = None, *, sequential: bool = True,
                   true_sequential: bool = True, permute: bool = False, blocksize: int = 128,

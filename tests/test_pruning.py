@@ -263,3 +263,19 @@ def test_recover_reduces_distillation_loss_and_keeps_mask():
             assert "forward" not in m.__dict__
     assert torch.equal(student.model.norm.weight, norm_w)
     assert all(p.requires_grad for p in student.parameters())
+
+
+def test_calibration_forwards_record_no_autograd_graph():
+    # A graph recorded through the layer-by-layer calibration forwards would keep every decoder
+    # layer's activations alive until the end of pruning (memory growing with layers x tokens).
+    model = tiny_llama(seed=7)
+    seen = []
+    handles = [blk.register_forward_hook(lambda m, a, o: seen.append(
+        (torch.is_grad_enabled(), (o[0] if isinstance(o, tuple) else o).requires_grad)))
+        for blk in model.model.layers]
+    pruning.prune_linears(model, {n: (8, 32, 16) for n, m in model.named_modules()
+                                  if isinstance(m, nn.Linear) and n != "lm_head"},
+                          "sparsegpt", calib(2), progress=False)
+    for h in handles:
+        h.remove()
+    assert seen and not any(g or r for g, r in seen), seen
