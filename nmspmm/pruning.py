@@ -62,8 +62,12 @@ def vw_topk_mask(score: torch.Tensor, N: int, M: int, L: int) -> torch.Tensor:
 
 
 def magnitude_mask(weight: torch.Tensor, N: int, M: int, L: int) -> torch.Tensor:
-    """Magnitude mask (L2 norm of each candidate over the vector's rows); ``nmspmm.prune``."""
-    return ops.prune(weight.detach(), N, M, L)
+    """Magnitude mask (L2 norm of each candidate over the vector's rows); ``nmspmm.prune``, run
+    on the CPU for a CUDA weight when this build has no CUDA kernels."""
+    w = weight.detach()
+    if w.is_cuda and not torch._C._dispatch_has_kernel_for_dispatch_key("nmspmm::prune", "CUDA"):
+        return ops.prune(w.cpu(), N, M, L).to(w.device)
+    return ops.prune(w, N, M, L)
 
 
 def wanda_mask(weight: torch.Tensor, feature_norm: torch.Tensor, N: int, M: int, L: int) -> torch.Tensor:
@@ -529,16 +533,48 @@ def trainable_values(model: nn.Module):
             del m._cols
 
 
+def _masked_dense(model: nn.Module, masks: Mapping[str, torch.Tensor]) -> List[Tuple[nn.Parameter, torch.Tensor]]:
+    """(weight, mask) of every Linear named in ``masks``; checks that the weight is zero off the
+    mask (a pruned dense weight from :func:`prune_linears`)."""
+    mods = dict(model.named_modules())
+    out = []
+    for fqn, mask in masks.items():
+        mod = mods.get(fqn)
+        if not isinstance(mod, nn.Linear):
+            raise ValueError(f"nmspmm.recover: masks names {fqn!r}, which is not an nn.Linear of the student")
+        m = mask.to(mod.weight.device, torch.bool)
+        if m.shape != mod.weight.shape:
+            raise ValueError(f"nmspmm.recover: mask of {fqn!r} has shape {tuple(m.shape)}, "
+                             f"its weight {tuple(mod.weight.shape)}")
+        if bool((mod.weight.detach()[~m] != 0).any()):
+            raise ValueError(f"nmspmm.recover: {fqn!r} has nonzero weights outside its mask")
+        out.append((mod.weight, m))
+    return out
+
+
 def recover(student: nn.Module, teacher: nn.Module, batches: Iterable, steps: int,
             lr: float = 1e-4, temperature: float = 1.0, weight_decay: float = 0.0,
-            progress: bool = True, log_every: int = 0) -> List[float]:
-    """Fine-tune the kept values of ``student``'s NMLinear layers (masks frozen) by distillation
+            progress: bool = True, log_every: int = 0, *, warmup: int = 0,
+            max_grad_norm: Optional[float] = None,
+            masks: Optional[Mapping[str, torch.Tensor]] = None) -> List[float]:
+    """Fine-tune the kept values of ``student``'s sparse layers (masks frozen) by distillation
     from ``teacher`` (the dense model): minimise ``KL(softmax(teacher/T) || softmax(student/T))``
     over the next-token logits of ``batches`` (input_ids tensors or dicts of model kwargs, cycled
-    for ``steps`` optimizer steps) with Adam (cosine decay to 0). Every other parameter of the student stays
-    frozen. Returns the loss of every step. Costs about 4 forward passes of the model per token
-    (teacher forward, student forward + backward)."""
+    for ``steps`` optimizer steps) with Adam: ``lr`` rises linearly over the first ``warmup``
+    steps, then decays to 0 along a cosine; gradients are clipped to ``max_grad_norm`` (global L2)
+    when given. Every other parameter of the student stays frozen. Returns the loss of every step.
+    Costs about 4 forward passes of the model per token (teacher forward, student forward +
+    backward).
+
+    The sparse layers are the student's :class:`~nmspmm.NMLinear` modules (their ``values``), or,
+    with ``masks`` (``{fqn: bool mask}`` as returned by :func:`prune_linears`), the named
+    ``nn.Linear`` layers holding pruned dense weights: their weights are trained with the gradient
+    zeroed off the mask and stay exactly zero there, which is the same optimisation as training
+    the compressed values (the values' gradient is the dense gradient at the kept positions), on
+    any device, before ``nmspmm.compress(weight, N, M, L, mask=mask)``."""
     batches = _as_batches(batches)
+    if steps < 0 or warmup < 0:
+        raise ValueError(f"nmspmm.recover: steps and warmup must be >= 0, got {steps}, {warmup}")
     dev = next(student.parameters()).device
     frozen = [p for p in student.parameters() if p.requires_grad]
     for p in frozen:
@@ -546,12 +582,23 @@ def recover(student: nn.Module, teacher: nn.Module, batches: Iterable, steps: in
     was_training = student.training
     student.eval()  # no dropout: the recipe tunes values only
     teacher.eval()
-    losses: List[float] = []
+    losses: List[torch.Tensor] = []
+    dense = _masked_dense(student, masks) if masks is not None else None
+
+    def lr_at(s: int) -> float:
+        if s < warmup:
+            return (s + 1) / warmup
+        decay = max(steps - warmup, 1)
+        return 0.5 * (1 + math.cos(math.pi * min(s - warmup, decay) / decay))
+
+    ctx = contextlib.nullcontext([w for w, _ in dense]) if dense is not None else trainable_values(student)
     try:
-        with trainable_values(student) as params:
+        with ctx as params:
+            for p in params:
+                p.requires_grad_(True)
+            hooks = [w.register_hook(lambda g, m=m: g * m) for w, m in dense] if dense is not None else []
             opt = torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
-            sched = torch.optim.lr_scheduler.LambdaLR(
-                opt, lambda s: 0.5 * (1 + math.cos(math.pi * min(s, steps) / max(steps, 1))))
+            sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
             with _progress(steps, "nmspmm recover", progress) as bar:
                 for step in range(steps):
                     b = _move(batches[step % len(batches)], dev)
@@ -562,17 +609,32 @@ def recover(student: nn.Module, teacher: nn.Module, batches: Iterable, steps: in
                     loss = F.kl_div(F.log_softmax(s_logits.reshape(-1, V) / temperature, -1),
                                     F.log_softmax(t_logits.reshape(-1, V) / temperature, -1),
                                     log_target=True, reduction="batchmean") * temperature ** 2
+                    del t_logits, s_logits
                     opt.zero_grad(set_to_none=True)
                     loss.backward()
+                    if max_grad_norm is not None:
+                        torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
                     opt.step()
                     sched.step()
-                    losses.append(float(loss.detach()))
+                    if dense is not None:  # Adam keeps zero-gradient entries at zero; make it exact
+                        with torch.no_grad():
+                            for w, m in dense:
+                                w.mul_(m)
+                    losses.append(loss.detach())
                     bar.update(1)
-                    bar.set_postfix_str(f"kl={losses[-1]:.4f}")
-                    if log_every and (step % log_every == 0 or step == steps - 1):
-                        print(f"nmspmm recover step {step}/{steps} kl={losses[-1]:.4f}", flush=True)
+                    if progress or (log_every and (step % log_every == 0 or step == steps - 1)):
+                        cur = float(losses[-1])
+                        bar.set_postfix_str(f"kl={cur:.4f}")
+                        if log_every and (step % log_every == 0 or step == steps - 1):
+                            print(f"nmspmm recover step {step}/{steps} kl={cur:.4f} "
+                                  f"lr={sched.get_last_lr()[0]:.3g}", flush=True)
+            for h in hooks:
+                h.remove()
     finally:
+        if dense is not None:
+            for w, _ in dense:
+                w.requires_grad_(False)
         for p in frozen:
             p.requires_grad_(True)
         student.train(was_training)
-    return losses
+    return [float(v) for v in torch.stack(losses).cpu()] if losses else []
