@@ -38,6 +38,15 @@ def _plt():
     return plt
 
 
+def _save(fig, out: str, name: str) -> str:
+    """Writes the figure to out/name (110 dpi), closes it and returns the path."""
+    fig.tight_layout()
+    path = os.path.join(out, name)
+    fig.savefig(path, dpi=110)
+    _plt().close(fig)
+    return path
+
+
 def _nm_rows(rows: List[Dict], variant: str) -> List[Dict]:
     return [r for r in rows if r.get("impl") == "nmspmm" and r.get("status") == "ok"
             and r.get("variant") == variant and r.get("dtype", "fp32") == "fp32"]
@@ -87,11 +96,7 @@ def plot_speedup_vs_m(rows, out, variant, baselines=("fp32",)) -> List[str]:
             axes[0][0].set_ylabel(f"speedup vs {base}", fontsize=8)
             fig.suptitle(f"nmspmm {pat} (fp32, {variant}) vs {BASE_TITLES.get(base, base)}: "
                          f"baseline time / nmspmm time", fontsize=10)
-            fig.tight_layout()
-            f = os.path.join(out, f"speedup_vs_m_{base}_{_pat_file(pat)}.png")
-            fig.savefig(f, dpi=110)
-            plt.close(fig)
-            written.append(f)
+            written.append(_save(fig, out, f"speedup_vs_m_{base}_{_pat_file(pat)}.png"))
     return written
 
 
@@ -125,11 +130,7 @@ def plot_nmspmm100(rows, out, variant) -> List[str]:
     ax.set_ylabel("speedup vs cuBLAS fp32")
     ax.set_title("NM-SpMM's 100 Llama points: nmspmm speedup over cuBLAS FP32 (dashed: ideal M/N)")
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=5)
-    fig.tight_layout()
-    f = os.path.join(out, "nmspmm100_speedup.png")
-    fig.savefig(f, dpi=110)
-    plt.close(fig)
-    return [f]
+    return [_save(fig, out, "nmspmm100_speedup.png")]
 
 
 def plot_summary_box(rows, out, variant) -> List[str]:
@@ -176,11 +177,7 @@ def plot_summary_box(rows, out, variant) -> List[str]:
         ax.set_ylabel(f"speedup vs {BASE_TITLES.get(base, base)}")
         ax.legend(fontsize=7)
         ax.set_title(f"nmspmm (fp32, {variant}) vs {BASE_TITLES.get(base, base)}", fontsize=10)
-    fig.tight_layout()
-    f = os.path.join(out, "summary_box.png")
-    fig.savefig(f, dpi=110)
-    plt.close(fig)
-    return [f]
+    return [_save(fig, out, "summary_box.png")]
 
 
 def plot_decode(rows, out, variant) -> List[str]:
@@ -212,11 +209,7 @@ def plot_decode(rows, out, variant) -> List[str]:
         ax.set_ylabel(f"geomean speedup vs {base}")
         ax.set_title(f"decode shapes: nmspmm vs {BASE_TITLES.get(base, base)}", fontsize=10)
         ax.legend(fontsize=6, ncol=2)
-    fig.tight_layout()
-    f = os.path.join(out, "decode_speedup.png")
-    fig.savefig(f, dpi=110)
-    plt.close(fig)
-    return [f]
+    return [_save(fig, out, "decode_speedup.png")]
 
 
 def plot_paths(rows, out) -> List[str]:
@@ -242,11 +235,7 @@ def plot_paths(rows, out) -> List[str]:
     ax.set_ylabel("geomean t_non-packed / t_packed")
     ax.set_title(">1: the packing path is faster", fontsize=10)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    f = os.path.join(out, "paths.png")
-    fig.savefig(f, dpi=110)
-    plt.close(fig)
-    return [f]
+    return [_save(fig, out, "paths.png")]
 
 
 def plot_e2e(data: Dict, out: str) -> List[str]:
@@ -280,11 +269,7 @@ def plot_e2e(data: Dict, out: str) -> List[str]:
     st = data.get("settings", {})
     fig.suptitle(f"end to end, {st.get('layers')} decoder layers, speedup over the dense model of the same dtype",
                  fontsize=10)
-    fig.tight_layout()
-    f = os.path.join(out, "e2e.png")
-    fig.savefig(f, dpi=110)
-    plt.close(fig)
-    return [f]
+    return [_save(fig, out, "e2e.png")]
 
 
 def main(argv=None) -> int:
