@@ -327,84 +327,54 @@ def test_indices_not_ascending(kind, device):
 # spmm_with_plan
 
 
+def _run_plan(device, m, kernel, split_k, L=16):
+    """spmm_with_plan of a fresh x [m, 64] with a 2:4 weight [32, 64] of vector length L."""
+    _, _, values, indices = _packed(device, L=L)
+    return ops.spmm_with_plan(torch.randn(m, 64, device=device), values, indices, 2, 4, L, None, None, None,
+                              kernel, split_k)
+
+
 @pytest.mark.parametrize("kernel", ["tiled_f32_1x1", "", "6"])
 def test_plan_unknown_kernel(kernel, device):
-    _, _, values, indices = _packed(device)
     with raises(r"nmspmm.spmm_with_plan: unknown kernel '" + kernel + "'"):
-        ops.spmm_with_plan(torch.randn(3, 64, device=device), values, indices, 2, 4, 16, None, None,
-                           None, kernel, 1)
+        _run_plan(device, 3, kernel, 1)
 
 
 @pytest.mark.parametrize("split_k", [0, -2])
 def test_plan_bad_split_k(split_k, device):
-    _, _, values, indices = _packed(device)
     with raises(r"nmspmm.spmm_with_plan: split_k must be (>= 1|in \[1, 64\]), got " + str(split_k)):
-        ops.spmm_with_plan(torch.randn(3, 64, device=device), values, indices, 2, 4, 16, None, None,
-                           None, "decode_f32_splitk", split_k)
+        _run_plan(device, 3, "decode_f32_splitk", split_k)
 
 
-# The CPU op refuses the same plans as the CUDA binding (checks.h check_plan).
+# Plans a problem rules out: (m, kernel, split_k, L, the refusal). The CPU op refuses the same plans as the
+# CUDA binding (checks.h check_plan).
 PLAN_DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
-
-
-@pytest.mark.parametrize("device", PLAN_DEVICES)
-def test_plan_checked_for_empty_input(device):
+PLAN_REFUSALS = [
     # No rows to compute is no reason to accept a plan that could not run.
-    _, _, values, indices = _packed(device)
-    with raises(r"kernel packed_f32_128x128 cannot run m=0 with pattern 2:4 L=16 without col_info"):
-        ops.spmm_with_plan(torch.randn(0, 64, device=device), values, indices, 2, 4, 16, None, None,
-                           None, "packed_f32_128x128", 1)
+    pytest.param(0, "packed_f32_128x128", 1, 16,
+                 r"kernel packed_f32_128x128 cannot run m=0 with pattern 2:4 L=16 without col_info", id="empty_input"),
+    pytest.param(3, "decode_f32_splitk", 65, 16, r"split_k must be in \[1, 64\], got 65", id="split_k_too_large"),
+    pytest.param(3, "packed_f32_128x128", 1, 16,
+                 r"kernel packed_f32_128x128 cannot run m=3 with pattern 2:4 L=16 without col_info",
+                 id="packed_kernel_without_col_info"),
+    pytest.param(32, "decode_f32_splitk", 1, 16, r"kernel decode_f32_splitk cannot run m=32 with pattern 2:4 L=16",
+                 id="decode_kernel_for_large_m"),
+    pytest.param(2, "decode_f32_cluster_w4", 17, 16,
+                 r"split_k of kernel decode_f32_cluster_w4 must be in \[1, 16\], got 17", id="cluster_split_k"),
+    pytest.param(2, "decode_f32_staged_128", 17, 16,
+                 r"split_k of kernel decode_f32_staged_128 must be in \[1, 16\], got 17", id="staged_split_k"),
+    pytest.param(5, "decode_f32_cluster_w16", 1, 16,
+                 r"kernel decode_f32_cluster_w16 cannot run m=5 with pattern 2:4 L=16", id="cluster_decode_above_its_m"),
+    pytest.param(32, "tiled_f32_128x128", 1, 4, r"kernel tiled_f32_128x128 cannot run m=32 with pattern 2:4 L=4",
+                 id="tiled_kernel_for_small_L"),
+]
 
 
 @pytest.mark.parametrize("device", PLAN_DEVICES)
-def test_plan_split_k_too_large(device):
-    _, _, values, indices = _packed(device)
-    with raises(r"split_k must be in \[1, 64\], got 65"):
-        ops.spmm_with_plan(torch.randn(3, 64, device=device), values, indices, 2, 4, 16, None, None,
-                           None, "decode_f32_splitk", 65)
-
-
-@pytest.mark.parametrize("device", PLAN_DEVICES)
-def test_plan_packed_kernel_without_col_info(device):
-    _, _, values, indices = _packed(device)
-    with raises(r"kernel packed_f32_128x128 cannot run m=3 with pattern 2:4 L=16 without col_info"):
-        ops.spmm_with_plan(torch.randn(3, 64, device=device), values, indices, 2, 4, 16, None, None,
-                           None, "packed_f32_128x128", 1)
-
-
-@pytest.mark.parametrize("device", PLAN_DEVICES)
-def test_plan_decode_kernel_for_large_m(device):
-    _, _, values, indices = _packed(device)
-    with raises(r"kernel decode_f32_splitk cannot run m=32 with pattern 2:4 L=16"):
-        ops.spmm_with_plan(torch.randn(32, 64, device=device), values, indices, 2, 4, 16, None, None,
-                           None, "decode_f32_splitk", 1)
-
-
-@pytest.mark.parametrize("device", PLAN_DEVICES)
-def test_plan_cluster_decode_split_k_is_a_cluster_size(device):
-    _, _, values, indices = _packed(device)
-    with raises(r"split_k of kernel decode_f32_cluster_w4 must be in \[1, 16\], got 17"):
-        ops.spmm_with_plan(torch.randn(2, 64, device=device), values, indices, 2, 4, 16, None, None,
-                           None, "decode_f32_cluster_w4", 17)
-    with raises(r"split_k of kernel decode_f32_staged_128 must be in \[1, 16\], got 17"):
-        ops.spmm_with_plan(torch.randn(2, 64, device=device), values, indices, 2, 4, 16, None, None,
-                           None, "decode_f32_staged_128", 17)
-
-
-@pytest.mark.parametrize("device", PLAN_DEVICES)
-def test_plan_cluster_decode_kernel_above_its_m(device):
-    _, _, values, indices = _packed(device)
-    with raises(r"kernel decode_f32_cluster_w16 cannot run m=5 with pattern 2:4 L=16"):
-        ops.spmm_with_plan(torch.randn(5, 64, device=device), values, indices, 2, 4, 16, None, None,
-                           None, "decode_f32_cluster_w16", 1)
-
-
-@pytest.mark.parametrize("device", PLAN_DEVICES)
-def test_plan_tiled_kernel_for_small_L(device):
-    _, _, values, indices = _packed(device, L=4)
-    with raises(r"kernel tiled_f32_128x128 cannot run m=32 with pattern 2:4 L=4"):
-        ops.spmm_with_plan(torch.randn(32, 64, device=device), values, indices, 2, 4, 4, None, None,
-                           None, "tiled_f32_128x128", 1)
+@pytest.mark.parametrize("m,kernel,split_k,L,match", PLAN_REFUSALS)
+def test_plan_refused(m, kernel, split_k, L, match, device):
+    with raises(match):
+        _run_plan(device, m, kernel, split_k, L)
 
 
 # ----------------------------------------------------------------------------------------------
