@@ -67,6 +67,9 @@ MIXES = {
     "ends-dense": {"model.layers.0.*": None, "model.layers.29.*": None},
     # attention at the row's pattern, MLP element-wise at the same N:M
     "mlp-l1": {"*.mlp.*": "L1"},
+    # per-layer N from nmspmm.pruning.allocate_patterns (errors measured with the row's method)
+    # at the row's overall sparsity 1 - N/M, each layer choosing N/2, N or 3N/2 (at most M)
+    "budget": None,
 }
 
 
@@ -216,7 +219,8 @@ class Context:
         self.lr, self.warmup, self.max_grad_norm = lr, warmup, max_grad_norm
         self.true_sequential, self.threads, self.csv_path, self.seed = true_sequential, threads, csv_path, seed
         self.tf32_recovery, self.log = tf32_recovery, log
-        self.cache = {}
+        self.cache = {}      # pruning key -> (pruned state dict, masks, info), masked weights only
+        self.patterns = {}   # pruning key -> per-layer patterns chosen by allocate_patterns
 
     def fresh(self):
         return copy.deepcopy(self.model).to(self.device).eval()
@@ -347,10 +351,21 @@ def run_row(row: str, ctx: Context) -> dict:
     if spec["method"] != "dense":
         N, M, L = spec["N"], spec["M"], spec["L"]
         patterns = None
-        if spec["mix"]:
-            patterns = {k: ((N, M, 1) if v == "L1" else v) for k, v in MIXES[spec["mix"]].items()}
-        key = prune_key(spec)
         calib = _batches(ctx.calw, ctx.calib_batch)
+        t_alloc = time.perf_counter()
+        key = prune_key(spec)
+        if spec["mix"] == "budget" and key in ctx.patterns:
+            patterns = ctx.patterns[key]
+        elif spec["mix"] == "budget":
+            choices = sorted({max(1, N // 2), N, min(M, N + N // 2)})
+            patterns = pruning.allocate_patterns(model, calib, M, L, 1 - N / M, choices,
+                                                 method=spec["method"], device=dev)
+            counts = {c: sum(1 for p in patterns.values() if p[0] == c) for c in choices}
+            notes.append("layers per N: " + ", ".join(f"{c}: {k}" for c, k in counts.items()))
+            ctx.patterns[key] = patterns
+        elif spec["mix"]:
+            patterns = {k: ((N, M, 1) if v == "L1" else v) for k, v in MIXES[spec["mix"]].items()}
+        t_alloc = time.perf_counter() - t_alloc
         needs_calib = spec["method"] != "magnitude" or spec["permute"]
         kw = dict(permute=spec["permute"], progress=False, true_sequential=ctx.true_sequential, device=dev)
         if ctx.weights == "masked":
@@ -366,7 +381,7 @@ def run_row(row: str, ctx: Context) -> dict:
                 masks, stats = pruning.prune_linears(model, layers, spec["method"],
                                                      calib if needs_calib else None, **kw)
                 _sync(dev)
-                info = dict(prune_s=time.perf_counter() - t0, calib_tokens=stats.tokens, _first=row)
+                info = dict(prune_s=time.perf_counter() - t0 + t_alloc, calib_tokens=stats.tokens, _first=row)
                 if stats.permuted:
                     gains = list(stats.permuted.values())
                     info["_perm"] = f"perm retained-score gain mean {sum(gains) / len(gains):.3f}"
@@ -383,7 +398,7 @@ def run_row(row: str, ctx: Context) -> dict:
                 kw = {}
             nmspmm.sparsify_(model, N, M, L, patterns=patterns, **kw)
             _sync(dev)
-            out["prune_s"] = time.perf_counter() - t0
+            out["prune_s"] = time.perf_counter() - t0 + t_alloc
             stats = getattr(model, "_nmspmm_prune_stats", None)
             out["calib_tokens"] = stats.tokens if stats is not None else 0
             if stats is not None and stats.permuted:

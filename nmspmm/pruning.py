@@ -46,8 +46,8 @@ PatternSpec = Union[None, Mapping[str, Optional[Pattern]], Callable[[str, nn.Mod
 METHODS = ("magnitude", "wanda", "sparsegpt")
 
 __all__ = ["METHODS", "vw_topk_mask", "magnitude_mask", "wanda_mask", "sparsegpt_prune",
-           "resolve_pattern", "prune_linears", "PruneStats", "spmm_trainable", "trainable_values",
-           "recover"]
+           "resolve_pattern", "prune_linears", "PruneStats", "layer_sensitivity", "allocate_patterns",
+           "spmm_trainable", "trainable_values", "recover"]
 
 
 # ------------------------------------------------------------------------------------ masks
@@ -451,6 +451,119 @@ def _permute_stage(model, mods, stage, layers, hooks, stats):
             c = cols.to(hooks[consumer].H.device)
             hooks[consumer].H = hooks[consumer].H[c][:, c].contiguous()
         stats.permuted[parent_name] = gain
+
+
+# ------------------------------------------------------------------ per-layer N under a budget
+def _default_targets(model: nn.Module, M: int, L: int) -> List[str]:
+    """The Linear layers ``sparsify_`` picks by default (the projections of DEFAULT_TARGETS, never
+    lm_head) whose shape fits M and L."""
+    from .nn import DEFAULT_TARGETS
+    out = []
+    for fqn, mod in model.named_modules():
+        leaf = fqn.rsplit(".", 1)[-1]
+        if (isinstance(mod, nn.Linear) and leaf in DEFAULT_TARGETS and leaf != "lm_head"
+                and mod.in_features % M == 0 and mod.out_features % L == 0):
+            out.append(fqn)
+    return out
+
+
+@torch.no_grad()
+def layer_sensitivity(model: nn.Module, calibration: Iterable, M: int, L: int, choices: Sequence[int],
+                      layers: Optional[Sequence[str]] = None, method: str = "sparsegpt",
+                      percdamp: float = 0.01, device: Optional[Union[str, torch.device]] = None,
+                      progress: bool = False) -> Dict[str, Dict[int, float]]:
+    """Relative output error ``||X (W - W_N)^T||^2 / ||X W^T||^2`` of every layer pruned alone to
+    each N:M L of ``choices``, on the dense model's calibration inputs X (one forward pass; the
+    Hessians ``X^T X`` are accumulated by hooks). ``W_N`` is the ``method`` ("sparsegpt": OBS mask
+    and update; "wanda" or "magnitude": mask only) pruning. Returns ``{fqn: {N: error}}``; the
+    model is not changed."""
+    if method not in METHODS:
+        raise ValueError(f"nmspmm.layer_sensitivity: unknown method {method!r}; expected one of {METHODS}")
+    layers = list(layers) if layers is not None else _default_targets(model, M, L)
+    mods = dict(model.named_modules())
+    model_dev = next(model.parameters()).device
+    dev = torch.device(device) if device is not None else model_dev
+    hooks = {n: _HessianHook(mods[n], dev) for n in layers}
+    was_training = model.training
+    model.eval()
+    try:
+        for b in _as_batches(calibration):
+            model(**_move(b, model_dev), use_cache=False)
+    finally:
+        for h in hooks.values():
+            h.remove()
+        model.train(was_training)
+    out: Dict[str, Dict[int, float]] = {}
+    with _progress(len(layers), "nmspmm sensitivity", progress) as bar:
+        for n in layers:
+            H = hooks[n].H
+            W = mods[n].weight.detach().to(dev, torch.float32)
+            den = float(((W @ H) * W).sum().clamp_min(1e-30))
+            out[n] = {}
+            for N in choices:
+                if N == M:
+                    out[n][N] = 0.0
+                    continue
+                if method == "sparsegpt":
+                    Wp, _ = sparsegpt_prune(W, H, N, M, L, percdamp=percdamp)
+                elif method == "wanda":
+                    Wp = W * wanda_mask(W, torch.diag(H).clamp_min(0).sqrt(), N, M, L)
+                else:
+                    Wp = W * magnitude_mask(W, N, M, L)
+                D = W - Wp
+                out[n][N] = float(((D @ H) * D).sum()) / den
+            bar.update(1)
+    del hooks
+    return out
+
+
+def allocate_patterns(model: nn.Module, calibration: Iterable, M: int, L: int, sparsity: float,
+                      choices: Optional[Sequence[int]] = None, layers: Optional[Sequence[str]] = None,
+                      method: str = "sparsegpt", sensitivity: Optional[Mapping[str, Mapping[int, float]]] = None,
+                      **kwargs) -> Dict[str, Pattern]:
+    """Per-layer N (out of M, vector length L) that removes at least ``sparsity`` of the chosen
+    layers' weights in total while keeping the sum of the layers' relative output errors
+    (:func:`layer_sensitivity`) small: every layer starts at the largest N of ``choices`` (default
+    M/4, M/2, 3M/4) and, while too many weights are kept, the layer whose next smaller N adds the
+    least error per weight removed steps down (greedy on the marginal cost). The result is a
+    ``patterns=`` mapping for ``nmspmm.sparsify_`` / :func:`prune_linears`: ``{fqn: (N, M, L)}``.
+    ``sensitivity`` skips the measurement (a result of :func:`layer_sensitivity`); other keyword
+    arguments go to it. Raises if even the smallest choice everywhere keeps too many weights.
+
+    The errors are measured with every other layer dense and are summed unweighted, so this is a
+    heuristic: it moves sparsity away from the layers whose outputs it disturbs most."""
+    if not 0.0 <= sparsity < 1.0:
+        raise ValueError(f"nmspmm.allocate_patterns: sparsity must be in [0, 1), got {sparsity}")
+    choices = sorted(set(choices if choices is not None else (M // 4, M // 2, 3 * M // 4)))
+    if not choices or choices[0] < 1 or choices[-1] > M:
+        raise ValueError(f"nmspmm.allocate_patterns: choices must lie in [1, M={M}], got {choices}")
+    layers = list(layers) if layers is not None else (list(sensitivity) if sensitivity is not None
+                                                       else _default_targets(model, M, L))
+    if sensitivity is None:
+        sensitivity = layer_sensitivity(model, calibration, M, L, choices, layers, method=method, **kwargs)
+    mods = dict(model.named_modules())
+    size = {n: mods[n].weight.numel() for n in layers}
+    total = sum(size.values())
+    limit = (1.0 - sparsity) * total
+    if sum(size[n] * choices[0] / M for n in layers) > limit * (1 + 1e-12):
+        raise ValueError(f"nmspmm.allocate_patterns: N={choices[0]} of {M} everywhere keeps "
+                         f"{choices[0] / M:.3f} of the weights, more than 1 - sparsity = {1 - sparsity:.3f}")
+    level = {n: len(choices) - 1 for n in layers}
+    kept = sum(size[n] * choices[-1] / M for n in layers)
+    while kept > limit * (1 + 1e-12):
+        best = None
+        for n in layers:
+            k = level[n]
+            if k == 0:
+                continue
+            hi, lo = choices[k], choices[k - 1]
+            cost = (sensitivity[n][lo] - sensitivity[n][hi]) / (size[n] * (hi - lo) / M)
+            if best is None or cost < best[0]:
+                best = (cost, n)
+        _, n = best
+        kept -= size[n] * (choices[level[n]] - choices[level[n] - 1]) / M
+        level[n] -= 1
+    return {n: (choices[level[n]], M, L) for n in layers}
 
 
 # ---------------------------------------------------------------------------------- recovery

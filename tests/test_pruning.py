@@ -279,3 +279,79 @@ def test_calibration_forwards_record_no_autograd_graph():
     for h in handles:
         h.remove()
     assert seen and not any(g or r for g, r in seen), seen
+
+
+def test_layer_sensitivity_is_the_output_error_of_each_choice():
+    model = tiny_llama(seed=8)
+    data = calib(3, 32, seed=9)
+    name = "model.layers.1.mlp.down_proj"
+    sens = pruning.layer_sensitivity(model, data, 32, 16, (8, 16, 32), method="wanda")
+    assert set(sens) == {n for n, m in model.named_modules()
+                         if isinstance(m, nn.Linear) and n.rsplit(".", 1)[-1] in nmspmm.nn.DEFAULT_TARGETS}
+    xs = []
+    h = dict(model.named_modules())[name].register_forward_pre_hook(lambda m, a: xs.append(a[0].detach()))
+    for b in data:
+        logits(model, b)
+    h.remove()
+    X = torch.cat([x.reshape(-1, x.shape[-1]) for x in xs]).double()
+    W = dict(model.named_modules())[name].weight.detach().double()
+    norms = X.norm(dim=0)
+    for N in (8, 16):
+        mask = pruning.vw_topk_mask(W.abs() * norms[None, :], N, 32, 16)
+        ref = (X @ (W * ~mask).T).pow(2).sum() / (X @ W.T).pow(2).sum()
+        assert abs(sens[name][N] - float(ref)) <= 1e-4 * float(ref) + 1e-9, (N, sens[name][N], float(ref))
+    assert sens[name][32] == 0.0
+
+
+def test_allocate_patterns_matches_exhaustive_search_on_convex_errors():
+    # Four projections of equal size and convex error curves: the greedy marginal-cost allocation
+    # is optimal, so it must equal the best allocation found by enumerating all of them.
+    import itertools
+    layer = nn.Module()
+    for leaf in ("q_proj", "k_proj", "v_proj", "o_proj"):
+        setattr(layer, leaf, nn.Linear(64, 64, bias=False))
+    model = nn.Module()
+    model.layers = nn.ModuleList([layer])
+    names = [f"layers.0.{leaf}" for leaf in ("q_proj", "k_proj", "v_proj", "o_proj")]
+    g = torch.Generator().manual_seed(3)
+    choices = (8, 16, 24)
+    sens = {}
+    for n in names:
+        a = float(torch.rand(1, generator=g)) * 5 + 0.1
+        sens[n] = {N: a * (32 - N) ** 2 / 1024 for N in choices}
+    for sparsity in (0.3, 0.45, 0.5, 0.6, 0.7):
+        got = pruning.allocate_patterns(model, None, 32, 8, sparsity, choices, sensitivity=sens)
+        assert set(got) == set(names) and all(p[1:] == (32, 8) and p[0] in choices for p in got.values())
+        kept = sum(p[0] for p in got.values()) / (32 * len(names))
+        assert kept <= 1 - sparsity + 1e-12
+        best = min((sum(sens[n][N] for n, N in zip(names, combo)), combo)
+                   for combo in itertools.product(choices, repeat=len(names))
+                   if sum(combo) / (32 * len(names)) <= 1 - sparsity + 1e-12)
+        assert math_isclose(sum(sens[n][got[n][0]] for n in names), best[0]), (sparsity, got, best)
+    with pytest.raises(ValueError, match="keeps"):
+        pruning.allocate_patterns(model, None, 32, 8, 0.8, choices, sensitivity=sens)
+
+
+def math_isclose(a, b):
+    return abs(a - b) <= 1e-9 * max(1.0, abs(b))
+
+
+def test_allocate_patterns_spares_the_sensitive_layer_and_feeds_sparsify():
+    # Every projection but one is already (nearly) 8:32 vector-wise sparse, so pruning it costs
+    # almost nothing; the dense random down_proj of layer 0 is the one that loses most.
+    model = tiny_llama(seed=10)
+    hot = "model.layers.0.mlp.down_proj"
+    with torch.no_grad():
+        for n, m in model.named_modules():
+            if isinstance(m, nn.Linear) and n.rsplit(".", 1)[-1] in nmspmm.nn.DEFAULT_TARGETS and n != hot:
+                keep = nmspmm.prune(m.weight, 8, 32, 16)
+                m.weight.mul_(keep + 1e-3 * ~keep)
+    data = calib(3, 32, seed=11)
+    pats = pruning.allocate_patterns(model, data, 32, 16, 0.5, (8, 16, 24), method="wanda")
+    assert pats[hot][0] == 24
+    sizes = {n: m.weight.numel() for n, m in model.named_modules() if n in pats}
+    assert sum(sizes[n] * p[0] / 32 for n, p in pats.items()) <= 0.5 * sum(sizes.values())
+    nmspmm.sparsify_(model, 16, 32, 16, method="wanda", calibration=data, patterns=pats, progress=False)
+    for n, m in model.named_modules():
+        if isinstance(m, NMLinear):
+            assert (m.N, m.M, m.L) == pats[n]

@@ -102,7 +102,8 @@ def test_masked_rows_cache_lr_auto_and_mix(device, tmp_path):
     csv_path = str(tmp_path / "q.csv")
     ctx = context(device, "masked", csv_path)
     rows = ["wanda:2:4:1", "sparsegpt:16:32:32:perm:rec320:lr1e-2", "sparsegpt:16:32:32:perm:rec320:lr1e-4",
-            "sparsegpt:16:32:32:perm:rec320:lr=auto", "sparsegpt:16:32:32:mix=ends-dense", "magnitude:16:32:32"]
+            "sparsegpt:16:32:32:perm:rec320:lr=auto", "sparsegpt:16:32:32:mix=ends-dense", "magnitude:16:32:32",
+            "wanda:16:32:32:mix=budget"]
     res = {}
     for row in rows:
         res[row] = Q.run_row(row, ctx)
@@ -116,6 +117,13 @@ def test_masked_rows_cache_lr_auto_and_mix(device, tmp_path):
     # The mix keeps model.layers.0 dense: 7 of the 14 projections are pruned.
     assert res["sparsegpt:16:32:32:mix=ends-dense"]["note"].startswith("7 layers")
     assert res["magnitude:16:32:32"]["note"].startswith("14 layers")
+    # Per-layer N under the 50 % budget: every layer at 8, 16 or 24 of 32, at most half kept.
+    budget = res["wanda:16:32:32:mix=budget"]["note"]
+    counts = dict(kv.split(": ") for kv in budget.split(";")[0][len("layers per N: "):].split(", "))
+    assert set(counts) == {"8", "16", "24"} and sum(map(int, counts.values())) == 14
+    pats = ctx.patterns[Q.prune_key(Q.parse_row("wanda:16:32:32:mix=budget"))]
+    sizes = {n: m.weight.numel() for n, m in ctx.model.named_modules() if n in pats}
+    assert sum(sizes[n] * p[0] / 32 for n, p in pats.items()) <= 0.5 * sum(sizes.values())
     Q.write_table(csv_path, str(tmp_path / "q.md"), type("A", (), dict(seq=32, eval_novel="e", calib_novel="c"))())
     assert (tmp_path / "q.md").read_text().count("\n| ") == len(rows) + 1
 
