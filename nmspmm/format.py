@@ -115,15 +115,22 @@ def _is_pow2(v: int) -> bool:
     return v > 0 and (v & (v - 1)) == 0
 
 
+def _check_pattern(N: int, M: int, L: int, who: str = "nmspmm") -> Tuple[int, int, int]:
+    """Mirror of csrc/checks.h::check_pattern, raised before any work is done: TypeError for a
+    non-int, ValueError (naming `who`) for a pattern out of range."""
+    _pattern_args(N, M, L)
+    if not (_is_pow2(M) and 2 <= M <= 64):
+        raise ValueError(f"{who}: M must be a power of two in [2, 64], got M={M}")
+    if not 1 <= N <= M:
+        raise ValueError(f"{who}: N must satisfy 1 <= N <= M, got N={N}, M={M}")
+    if not (_is_pow2(L) and L <= 128):
+        raise ValueError(f"{who}: L must be a power of two in [1, 128], got L={L}")
+    return N, M, L
+
+
 def _validate(w: "NMWeight") -> None:
     """The checks of NMWeight construction (ValueError / TypeError naming the field)."""
-    N, M, L = _pattern_args(w.N, w.M, w.L)
-    if not (_is_pow2(M) and 2 <= M <= 64):
-        raise ValueError(f"nmspmm.NMWeight: M must be a power of two in [2, 64], got M={M}")
-    if not 1 <= N <= M:
-        raise ValueError(f"nmspmm.NMWeight: N must satisfy 1 <= N <= M, got N={N}, M={M}")
-    if not (_is_pow2(L) and L <= 128):
-        raise ValueError(f"nmspmm.NMWeight: L must be a power of two in [1, 128], got L={L}")
+    N, M, L = _check_pattern(w.N, w.M, w.L, "nmspmm.NMWeight")
     shape = w.shape
     if (not isinstance(shape, (tuple, list, torch.Size)) or len(shape) != 2
             or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)):

@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from ._ops import ops
-from .format import NMWeight, _check_device, _trusted
+from .format import NMWeight, _check_device, _check_pattern, _trusted
 
 # The spmm overload itself: calling it skips the packet's per-call overload lookup.
 _spmm = ops.spmm.default
@@ -49,23 +49,6 @@ _PATTERN_KEY = "nmspmm_pattern"
 # checkpoint describes itself in every container (torch.save, safetensors).
 FORMAT_VERSION = 1
 _EXTRA_FIELDS = ("format_version", "N", "M", "L", "in_features", "out_features")
-
-
-def _is_pow2(v: int) -> bool:
-    return v > 0 and (v & (v - 1)) == 0
-
-
-def _check_pattern(N: int, M: int, L: int) -> None:
-    """Mirror of csrc/checks.h::check_pattern, raised as ValueError before any work is done."""
-    for name, v in (("N", N), ("M", M), ("L", L)):
-        if not isinstance(v, int) or isinstance(v, bool):
-            raise TypeError(f"nmspmm: {name} must be an int, got {type(v).__name__}")
-    if not (_is_pow2(M) and 2 <= M <= 64):
-        raise ValueError(f"nmspmm: M must be a power of two in [2, 64], got M={M}")
-    if not 1 <= N <= M:
-        raise ValueError(f"nmspmm: N must satisfy 1 <= N <= M, got N={N}, M={M}")
-    if not (_is_pow2(L) and L <= 128):
-        raise ValueError(f"nmspmm: L must be a power of two in [1, 128], got L={L}")
 
 
 def _shape_problem(in_features: int, out_features: int, M: int, L: int) -> Optional[str]:
