@@ -28,19 +28,7 @@ at::Tensor spmm_half_dense(const at::Tensor& x, const at::Tensor& vals, const at
   const int64_t m = x.size(0), in = x.size(1), out = vals.size(1);
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   at::Tensor dense = at::empty({out, in}, x.options());
-  kernels::HalfSpmmParams p{};
-  p.x = x.data_ptr();
-  p.ldx = x.stride(0);
-  p.values = vals.data_ptr();
-  p.indices = idx.data_ptr<uint8_t>();
-  p.bias = b.defined() ? b.data_ptr() : nullptr;
-  p.m = m;
-  p.n = out;
-  p.k = in;
-  p.N = static_cast<int>(N);
-  p.M = static_cast<int>(M);
-  p.L = static_cast<int>(L);
-  p.dtype = x.scalar_type() == at::kBFloat16 ? kernels::HalfType::kBF16 : kernels::HalfType::kF16;
+  kernels::HalfSpmmParams p = half_params(x, x.stride(0), vals, idx, b, at::Tensor(), N, M, L, 1);
   cudaError_t err = kernels::launch_expand_dense(p, dense.data_ptr(), stream);
   TORCH_CHECK(err == cudaSuccess, "nmspmm.spmm: expanding the fp16/bf16 weight failed for n=", out, " k=", in, ": ",
               cudaGetErrorString(err));
