@@ -48,7 +48,7 @@ constexpr int staged_smem_bytes() {
 }
 
 // The batch's index and weight loads, all issued before anything waits on them. Rows past u_end
-// re-read row u_end - 1 (always in bounds); the math counts them as zero.
+// re-read row u_end - 1 (always in bounds); the math skips them.
 template <int D>
 __device__ __forceinline__ void load_batch(int (&idx)[D], float4 (&b)[D], const uint8_t* icol, int64_t q,
                                            const float* vcol, int64_t n, int64_t ub, int64_t u_end) {
@@ -202,21 +202,23 @@ __global__ void __launch_bounds__(kStagedWarps * 32, 2) spmm_decode_staged_kerne
       } else {
 #pragma unroll
         for (int r = 0; r < D; ++r) {
+          // A row past u_end is skipped, not multiplied by zero: the x it would read may be a
+          // pruned position's NaN or Inf (docs/format.md). ok is uniform over the warp.
           const bool ok = ub + r < u_end;
-          const int c = ok ? cbase + (idx[r] & (M - 1)) : 0;
-          const float4 br = ok ? b[r] : make_float4(0.f, 0.f, 0.f, 0.f);
+          const int c = cbase + (idx[r] & (M - 1));
+          const float4 br = b[r];
           if (++s == N) {
             s = 0;
             cbase += M;
           }
           // Row r of the next batch; a row past u_end keeps its old registers, which that batch
-          // counts as zero (ok above).
+          // skips (ok above).
           if (kRolling && un + r < u_end) {
             idx[r] = __ldg(inext + r * q);
             b[r] = __ldcs(reinterpret_cast<const float4*>(vnext + r * n));
             asm volatile("" ::: "memory");
           }
-          fma_row(xc, c, br);
+          if (ok) fma_row(xc, c, br);
         }
       }
       // The whole-batch kernels load the next batch here: a whole one through the carried
