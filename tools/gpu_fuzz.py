@@ -375,7 +375,8 @@ def run_non_finite_x_case(i, rnd, gen, tally, kernels, cc, small):
 
     def check(y, what):
         y = y.double()
-        same = torch.equal(torch.isnan(y), torch.isnan(ref)) and torch.equal(torch.isinf(y), torch.isinf(ref))
+        # Non-finite exactly where the kept terms are (an Inf may come out as NaN: docs/format.md).
+        same = torch.equal(torch.isfinite(y), torch.isfinite(ref)) and bool(torch.isnan(y)[torch.isnan(ref)].all())
         ok, ratio = check_close(y[fin], ref[fin], scale[fin], dtype)
         tally.add("non-finite x", "pass" if ok and same else "fail", ratio,
                   f"{desc} {what}: " + ("err/tol=%.3g" % ratio if same else "non-finite pattern differs"))

@@ -75,7 +75,7 @@ __global__ void __launch_bounds__(W * 32) spmm_decode_cluster_kernel(const SpmmP
       int idx[R];
       float4 b[R];
       // All index and weight loads of the batch first (rows past u_end re-read row u_end - 1,
-      // always in bounds, and are skipped below).
+      // always in bounds, and count as zero below).
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         const int64_t u = ub + r < u_end ? ub + r : u_end - 1;
@@ -94,12 +94,15 @@ __global__ void __launch_bounds__(W * 32) spmm_decode_cluster_kernel(const SpmmP
       const int64_t gb = ub / N;
       const float* const xb = p.x + gb * M;
       int s = static_cast<int>(ub - gb * N), wo = 0;
+      int last_c = 0;
 #pragma unroll
       for (int r = 0; r < R; ++r) {
-        // A row past the end is skipped, not multiplied by zero: the x it would read may be a
-        // pruned position's NaN or Inf (docs/format.md). ok is uniform over the warp.
         const bool ok = ub + r < u_end;
-        const int c = wo * M + idx[r];
+        if (!ok) b[r] = make_float4(0.f, 0.f, 0.f, 0.f);
+        // A row past the end (zero weight) reads the column of the batch's last row (row 0 always
+        // is one): x the output already depends on, so a pruned position's NaN or Inf stays out.
+        const int c = ok ? wo * M + idx[r] : last_c;
+        last_c = c;
         if (++s == N) {
           s = 0;
           ++wo;
@@ -107,7 +110,7 @@ __global__ void __launch_bounds__(W * 32) spmm_decode_cluster_kernel(const SpmmP
         // A plain load, not __ldg: x is the previous kernel's output, and an invariant load may be
         // hoisted above grid_dependency_wait() (a variant of this loop compiles so and fails the
         // chained-calls test; tools/check_pdl_loads.py checks the SASS).
-        if (ok) fma_row4(acc, b[r], [&](int i) { return i < m ? xb[c + i * ldx] : 0.f; });
+        fma_row4(acc, b[r], [&](int i) { return i < m ? xb[c + i * ldx] : 0.f; });
       }
     }
   }

@@ -48,7 +48,7 @@ constexpr int staged_smem_bytes() {
 }
 
 // The batch's index and weight loads, all issued before anything waits on them. Rows past u_end
-// re-read row u_end - 1 (always in bounds); the math skips them.
+// re-read row u_end - 1 (always in bounds); the math counts them as zero.
 template <int D>
 __device__ __forceinline__ void load_batch(int (&idx)[D], float4 (&b)[D], const uint8_t* icol, int64_t q,
                                            const float* vcol, int64_t n, int64_t ub, int64_t u_end) {
@@ -200,25 +200,27 @@ __global__ void __launch_bounds__(kStagedWarps * 32, 2) spmm_decode_staged_kerne
           fma_row(xc, c, b[r]);
         }
       } else {
+        int last_c = 0;
 #pragma unroll
         for (int r = 0; r < D; ++r) {
-          // A row past u_end is skipped, not multiplied by zero: the x it would read may be a
-          // pruned position's NaN or Inf (docs/format.md). ok is uniform over the warp.
           const bool ok = ub + r < u_end;
-          const int c = cbase + (idx[r] & (M - 1));
-          const float4 br = b[r];
+          // A row past u_end (zero weight) reads the column of the batch's last row (row 0 always
+          // is one): x the output already depends on, so a pruned position's NaN or Inf stays out.
+          const int c = ok ? cbase + (idx[r] & (M - 1)) : last_c;
+          last_c = c;
+          const float4 br = ok ? b[r] : make_float4(0.f, 0.f, 0.f, 0.f);
           if (++s == N) {
             s = 0;
             cbase += M;
           }
           // Row r of the next batch; a row past u_end keeps its old registers, which that batch
-          // skips (ok above).
+          // counts as zero (ok above).
           if (kRolling && un + r < u_end) {
             idx[r] = __ldg(inext + r * q);
             b[r] = __ldcs(reinterpret_cast<const float4*>(vnext + r * n));
             asm volatile("" ::: "memory");
           }
-          if (ok) fma_row(xc, c, br);
+          fma_row(xc, c, br);
         }
       }
       // The whole-batch kernels load the next batch here: a whole one through the carried
