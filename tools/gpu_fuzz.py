@@ -49,6 +49,7 @@ DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 # Elementwise tolerance relative to the largest partial sum (|x| @ |W|.T): accumulation in fp32 and
 # the output's rounding (x and the weight are rounded to the dtype before the reference sees them).
 DEVICE = "cuda"  # --device cpu checks the harness itself against the CPU ops
+SMS = 132  # the GPU's SM count (set in main), for spmm_heuristic
 TOL = {torch.float32: 2e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
 
 
@@ -373,10 +374,19 @@ def run_non_finite_x_case(i, rnd, gen, tally, kernels, cc, small):
     fin = torch.isfinite(ref)
     desc = f"case {i}: m={m} n={n} k={k} {N}:{M} L={L} {str(dtype)[6:]} {len(bad)} non-finite"
 
-    def check(y, what):
+    def check(y, what, kernel):
         y = y.double()
-        # Non-finite exactly where the kept terms are (an Inf may come out as NaN: docs/format.md).
-        same = torch.equal(torch.isfinite(y), torch.isfinite(ref)) and bool(torch.isnan(y)[torch.isnan(ref)].all())
+        same = torch.equal(torch.isnan(y), torch.isnan(ref)) and torch.equal(torch.isinf(y), torch.isinf(ref))
+        if not same and kernel.startswith("decode_f32_"):
+            # The documented exception (docs/format.md): the fp32 decode kernels' zero-weight tail
+            # rows read a batch's first column, so a NaN/Inf there may reach y. Checked: every
+            # non-finite element of the reference stays non-finite, the finite ones agree.
+            yf = torch.isfinite(y)
+            both = fin & yf
+            ok, ratio = check_close(y[both], ref[both], scale[both], dtype)
+            ok = ok and bool((~yf)[~fin].all())
+            tally.add("non-finite x: fp32 decode tail", "pass" if ok else "fail", ratio, f"{desc} {what}")
+            return
         ok, ratio = check_close(y[fin], ref[fin], scale[fin], dtype)
         tally.add("non-finite x", "pass" if ok and same else "fail", ratio,
                   f"{desc} {what}: " + ("err/tol=%.3g" % ratio if same else "non-finite pattern differs"))
@@ -392,10 +402,11 @@ def run_non_finite_x_case(i, rnd, gen, tally, kernels, cc, small):
             tally.add("non-finite x", "fail", note=f"{desc} kernel={kernel}: {str(e)[:200]}")
             continue
         sync_or_die(f"{desc} kernel={kernel}")
-        check(y, f"kernel={kernel}")
+        check(y, f"kernel={kernel}", kernel)
     y = ops.spmm(x, values, indices, N, M, L)  # the heuristic's plan
     sync_or_die(desc)
-    check(y, "heuristic")
+    plan = ops.spmm_heuristic(m, n, k, N, M, L, dtype, cc, SMS, 16)[0] if DEVICE == "cuda" else "cpu"
+    check(y, f"heuristic ({plan})", plan)
 
 
 def run_corrupt_col_info_case(i, rnd, gen, tally, kernels, cc, small):
@@ -467,6 +478,9 @@ def main():
     gen = torch.Generator(device=DEVICE).manual_seed(a.seed)
     major, minor = torch.cuda.get_device_capability() if DEVICE == "cuda" else (9, 0)
     cc = major * 10 + minor
+    global SMS
+    if DEVICE == "cuda":
+        SMS = torch.cuda.get_device_properties(0).multi_processor_count
     kernels = plan_names()
     tally = Tally()
     t0 = time.time()

@@ -94,15 +94,11 @@ __global__ void __launch_bounds__(W * 32) spmm_decode_cluster_kernel(const SpmmP
       const int64_t gb = ub / N;
       const float* const xb = p.x + gb * M;
       int s = static_cast<int>(ub - gb * N), wo = 0;
-      int last_c = 0;
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         const bool ok = ub + r < u_end;
         if (!ok) b[r] = make_float4(0.f, 0.f, 0.f, 0.f);
-        // A row past the end (zero weight) reads the column of the batch's last row (row 0 always
-        // is one): x the output already depends on, so a pruned position's NaN or Inf stays out.
-        const int c = ok ? wo * M + idx[r] : last_c;
-        last_c = c;
+        const int c = ok ? wo * M + idx[r] : 0;  // rows past the end read x at the batch start
         if (++s == N) {
           s = 0;
           ++wo;

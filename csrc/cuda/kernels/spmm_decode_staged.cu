@@ -200,14 +200,10 @@ __global__ void __launch_bounds__(kStagedWarps * 32, 2) spmm_decode_staged_kerne
           fma_row(xc, c, b[r]);
         }
       } else {
-        int last_c = 0;
 #pragma unroll
         for (int r = 0; r < D; ++r) {
           const bool ok = ub + r < u_end;
-          // A row past u_end (zero weight) reads the column of the batch's last row (row 0 always
-          // is one): x the output already depends on, so a pruned position's NaN or Inf stays out.
-          const int c = ok ? cbase + (idx[r] & (M - 1)) : last_c;
-          last_c = c;
+          const int c = ok ? cbase + (idx[r] & (M - 1)) : 0;
           const float4 br = ok ? b[r] : make_float4(0.f, 0.f, 0.f, 0.f);
           if (++s == N) {
             s = 0;

@@ -95,14 +95,10 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
         const int64_t gb = ub / N;
         int s = static_cast<int>(ub - gb * N);
         int cbase = static_cast<int>((gb - gc) * M);
-        int last_c = 0;
 #pragma unroll
         for (int r = 0; r < R; ++r) {
           const bool ok = ub + r < u_end;
-          // A row past the end (zero weight) reads the column of the batch's last row: x the
-          // output already depends on, so a pruned position's NaN or Inf stays out of y.
-          const int c = ok ? cbase + idx[r] : last_c;
-          last_c = c;
+          const int c = ok ? cbase + idx[r] : 0;
           if (!ok) b[r] = make_float4(0.f, 0.f, 0.f, 0.f);
           if (++s == N) {
             s = 0;
