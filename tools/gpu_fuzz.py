@@ -280,14 +280,19 @@ def corrupt_indices(rnd, indices, N, M):
     return bad, kind
 
 
-def run_corrupt_indices_case(i, rnd, gen, tally, kernels, cc, small):
+def draw_weight(rnd, gen, small):
+    """A pattern, a shape with m >= 1, a dtype and a random compressed weight in it."""
     N, M, L = draw_pattern(rnd, small)
     m, n, k = draw_shape(rnd, M, L, True)
-    m = max(m, 1)
     G, V = k // M, n // L
     dtype = rnd.choice(DTYPES)
     indices = random_indices(gen, G, V, N, M, DEVICE)
     values = torch.randn(G * N, n, device=DEVICE, generator=gen).to(dtype)
+    return N, M, L, max(m, 1), n, k, dtype, indices, values
+
+
+def run_corrupt_indices_case(i, rnd, gen, tally, kernels, cc, small):
+    N, M, L, m, n, k, dtype, indices, values = draw_weight(rnd, gen, small)
     bad, kind = corrupt_indices(rnd, indices, N, M)
     desc = f"case {i}: {kind} m={m} n={n} k={k} {N}:{M} L={L} {str(dtype)[6:]}"
 
@@ -352,13 +357,7 @@ def run_corrupt_indices_case(i, rnd, gen, tally, kernels, cc, small):
 def run_non_finite_x_case(i, rnd, gen, tally, kernels, cc, small):
     """NaN / +-Inf at random positions of x: on every plan (and the heuristic's), y must equal the
     product over the kept positions only (docs/format.md, "NaN and Inf in x")."""
-    N, M, L = draw_pattern(rnd, small)
-    m, n, k = draw_shape(rnd, M, L, True)
-    m = max(m, 1)
-    G, V = k // M, n // L
-    dtype = rnd.choice(DTYPES)
-    indices = random_indices(gen, G, V, N, M, DEVICE)
-    values = torch.randn(G * N, n, device=DEVICE, generator=gen).to(dtype)
+    N, M, L, m, n, k, dtype, indices, values = draw_weight(rnd, gen, small)
     x = torch.randn(m, k, device=DEVICE, generator=gen).to(dtype)
     bad = [(rnd.randrange(m), rnd.randrange(k), rnd.choice([math.nan, math.inf, -math.inf]))
            for _ in range(rnd.randint(1, 4))]
