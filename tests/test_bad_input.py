@@ -890,6 +890,40 @@ def test_every_plan_has_one_semantics(m, dtype):
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("m", [1, 2, 5, 8, 13, 16])
+def test_partial_batches_do_not_read_pruned_positions(m, dtype):
+    # The decode kernels take compressed rows in fixed-size batches; with an odd number of windows
+    # the last batch of a warp is partial. x holds NaN at every position that no output keeps (the
+    # first of each window among them), so any row read past the end, or any pruned position read,
+    # turns y into NaN. The reference is finite everywhere.
+    N, M, L = 8, 32, 32
+    k = 37 * M
+    w = torch.randn(256, k)
+    w[:, ::M] = 0  # the first position of every window is pruned for every output
+    values, indices = ops.compress(w, ops.prune(w, N, M, L), N, M, L)
+    values = values.to(dtype)
+    dense = ops.decompress(values.float(), indices, N, M, L)
+    x = torch.randn(m, k).to(dtype)
+    x[:, (dense == 0).all(0)] = float("nan")
+    ref = _gather_ref64(x, values, indices, N, M, L)
+    assert torch.isfinite(ref).all() and torch.isnan(x[:, ::M]).all()
+    tol = dict(rtol=1e-4, atol=1e-3) if dtype == torch.float32 else dict(rtol=2e-2, atol=1e-1)
+    xc, vc, ic = x.cuda(), values.cuda(), indices.cuda()
+    torch.testing.assert_close(ops.spmm(xc, vc, ic, N, M, L).cpu().double(), ref, **tol, msg="heuristic")
+    ran = 0
+    for kernel in ops.kernels():
+        for split_k in (1, 3):
+            try:
+                y = ops.spmm_with_plan(xc, vc, ic, N, M, L, None, None, None, kernel, split_k)
+            except RuntimeError:
+                continue  # a plan this shape, dtype or split cannot run
+            torch.testing.assert_close(y.cpu().double(), ref, **tol, msg=f"kernel {kernel} split_k={split_k}")
+            ran += 1
+    assert ran >= 2
+
+
+@pytest.mark.cuda
 def test_misaligned_col_info_view():
     # The packing kernels read col_info 16 bytes at a time: a view at an odd offset is copied, not
     # read misaligned.

@@ -20,6 +20,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cluster_reduce.cuh"
 #include "fma_order.cuh"
@@ -37,7 +38,7 @@ constexpr int kBatchRows = 16;     // compressed rows per warp batch
 
 // MR: rows of x (1 or 2); W: warps per block.
 template <int MR, int W>
-__global__ void __launch_bounds__(W * 32) spmm_decode_cluster_kernel(const SpmmParams p) {
+__global__ void __launch_bounds__(W * 32, 16 / W) spmm_decode_cluster_kernel(const SpmmParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
   __trap();  // launch_decode_cluster refuses devices without clusters; never reached
 #else
@@ -75,7 +76,7 @@ __global__ void __launch_bounds__(W * 32) spmm_decode_cluster_kernel(const SpmmP
       int idx[R];
       float4 b[R];
       // All index and weight loads of the batch first (rows past u_end re-read row u_end - 1,
-      // always in bounds, and count as zero below).
+      // always in bounds, and are skipped below).
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         const int64_t u = ub + r < u_end ? ub + r : u_end - 1;
@@ -93,21 +94,29 @@ __global__ void __launch_bounds__(W * 32) spmm_decode_cluster_kernel(const SpmmP
       // x column of each row, relative to the batch's first window gb (row ub is position s of gb).
       const int64_t gb = ub / N;
       const float* const xb = p.x + gb * M;
-      int s = static_cast<int>(ub - gb * N), wo = 0;
+      // A whole batch runs without per-row bounds; the warp's last, partial batch skips its rows
+      // past the end rather than multiplying them by zero: the x they would read may be a pruned
+      // position's NaN or Inf (docs/format.md). Both forms are compiled; the choice is warp-uniform.
+      auto batch_math = [&](auto whole) {
+        int s = static_cast<int>(ub - gb * N), wo = 0;
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-        const bool ok = ub + r < u_end;
-        if (!ok) b[r] = make_float4(0.f, 0.f, 0.f, 0.f);
-        const int c = ok ? wo * M + idx[r] : 0;  // rows past the end read x at the batch start
-        if (++s == N) {
-          s = 0;
-          ++wo;
+        for (int r = 0; r < R; ++r) {
+          const bool ok = decltype(whole)::value || ub + r < u_end;
+          const int c = wo * M + idx[r];
+          if (++s == N) {
+            s = 0;
+            ++wo;
+          }
+          // A plain load, not __ldg: x is the previous kernel's output, and an invariant load may
+          // be hoisted above grid_dependency_wait() (a variant of this loop compiles so and fails
+          // the chained-calls test; tools/check_pdl_loads.py checks the SASS).
+          if (ok) fma_row4(acc, b[r], [&](int i) { return i < m ? xb[c + i * ldx] : 0.f; });
         }
-        // A plain load, not __ldg: x is the previous kernel's output, and an invariant load may be
-        // hoisted above grid_dependency_wait() (a variant of this loop compiles so and fails the
-        // chained-calls test; tools/check_pdl_loads.py checks the SASS).
-        fma_row4(acc, b[r], [&](int i) { return i < m ? xb[c + i * ldx] : 0.f; });
-      }
+      };
+      if (ub + R <= u_end)
+        batch_math(std::true_type{});
+      else
+        batch_math(std::false_type{});
     }
   }
 

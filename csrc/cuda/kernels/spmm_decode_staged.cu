@@ -24,6 +24,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cp_async.cuh"
 #include "cluster_reduce.cuh"
@@ -48,7 +49,7 @@ constexpr int staged_smem_bytes() {
 }
 
 // The batch's index and weight loads, all issued before anything waits on them. Rows past u_end
-// re-read row u_end - 1 (always in bounds); the math counts them as zero.
+// re-read row u_end - 1 (always in bounds); the math skips them.
 template <int D>
 __device__ __forceinline__ void load_batch(int (&idx)[D], float4 (&b)[D], const uint8_t* icol, int64_t q,
                                            const float* vcol, int64_t n, int64_t ub, int64_t u_end) {
@@ -188,37 +189,34 @@ __global__ void __launch_bounds__(kStagedWarps * 32, 2) spmm_decode_staged_kerne
     while (ub < u_end) {
       int s = bs, cbase = bw * M;  // x column of a row: cbase + its index
       const int64_t un = ub + static_cast<int64_t>(KW) * D;  // this warp's next batch
-      if (!kRolling && ub + D <= u_end) {
-        // A whole batch of the whole-batch kernels: no per-row bounds.
+      // A whole batch runs without per-row bounds; the warp's last, partial batch of the chunk
+      // skips its rows past u_end rather than multiplying them by zero: the x they would read may
+      // be a pruned position's NaN or Inf (docs/format.md). Both forms are compiled; the choice
+      // is warp-uniform.
+      auto batch_math = [&](auto whole) {
 #pragma unroll
         for (int r = 0; r < D; ++r) {
+          const bool ok = decltype(whole)::value || ub + r < u_end;
           const int c = cbase + (idx[r] & (M - 1));  // masked: never outside the window
+          const float4 br = b[r];
           if (++s == N) {
             s = 0;
             cbase += M;
           }
-          fma_row(xc, c, b[r]);
-        }
-      } else {
-#pragma unroll
-        for (int r = 0; r < D; ++r) {
-          const bool ok = ub + r < u_end;
-          const int c = ok ? cbase + (idx[r] & (M - 1)) : 0;
-          const float4 br = ok ? b[r] : make_float4(0.f, 0.f, 0.f, 0.f);
-          if (++s == N) {
-            s = 0;
-            cbase += M;
-          }
-          // Row r of the next batch; a row past u_end keeps its old registers, which that batch
-          // counts as zero (ok above).
-          if (kRolling && un + r < u_end) {
+          // Row r of the next batch (after row r's registers are read); a row past u_end keeps
+          // its old registers, which that batch skips. A partial batch is the warp's last.
+          if (kRolling && decltype(whole)::value && un + r < u_end) {
             idx[r] = __ldg(inext + r * q);
             b[r] = __ldcs(reinterpret_cast<const float4*>(vnext + r * n));
             asm volatile("" ::: "memory");
           }
-          fma_row(xc, c, br);
+          if (ok) fma_row(xc, c, br);
         }
-      }
+      };
+      if (ub + D <= u_end)
+        batch_math(std::true_type{});
+      else
+        batch_math(std::false_type{});
       // The whole-batch kernels load the next batch here: a whole one through the carried
       // pointers, row by row (no bounds, no 64-bit multiplies), a partial one clamped.
       if (!kRolling && un < u_end) {
