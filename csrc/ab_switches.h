@@ -10,6 +10,9 @@
 //                              stream order after the x transpose;
 //   NMSPMM_NO_BULK_STORE=1     the tiled kernels' output tiles by per-thread stores instead of bulk
 //                              copies from shared memory;
+//   NMSPMM_NO_TC_TMA=1         the fp16 / bf16 tensor-core prefill plans in their cp.async form (every
+//                              warp copies, one block barrier per stage) instead of the
+//                              warp-specialized tensor-copy form on sm_90;
 //   NMSPMM_HALF_DECODE_MAX_M=v the heuristic plans the fp16 / bf16 decode kernels for m <= v (0..64;
 //                              default 64, their whole range), the rest the prefill plans: moves
 //                              the crossover for benchmarks/bench_decode_half.py (a path switch, so
@@ -25,6 +28,7 @@ struct AbSwitches {
   bool overlap = true;
   bool xt_overlap = true;
   bool bulk_store = true;
+  bool tc_tma = true;
   int half_decode_max_m = 64;
 };
 
@@ -39,6 +43,7 @@ inline const AbSwitches& ab_switches() {
     a.overlap = !off("NMSPMM_NO_OVERLAP");
     a.xt_overlap = !off("NMSPMM_NO_XT_OVERLAP");
     a.bulk_store = !off("NMSPMM_NO_BULK_STORE");
+    a.tc_tma = !off("NMSPMM_NO_TC_TMA");
     if (const char* e = std::getenv("NMSPMM_HALF_DECODE_MAX_M"); e != nullptr && e[0] != '\0') {
       const long v = std::strtol(e, nullptr, 10);
       a.half_decode_max_m = v < 0 ? 0 : v > 64 ? 64 : static_cast<int>(v);

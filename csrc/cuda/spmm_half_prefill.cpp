@@ -6,6 +6,7 @@
 //    cuBLAS, which the heuristic picks where its cost model says it is faster (large m). Everything runs on the current stream;
 // the k-major copy of x and the split-K partials live in one scratch tensor from the caching
 // allocator, so the call neither synchronizes nor breaks CUDA-graph capture.
+#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/all.h>
@@ -13,6 +14,7 @@
 #include <mutex>
 #include <optional>
 
+#include "../ab_switches.h"
 #include "kernels/half/spmm_half.h"
 #include "spmm_params.h"
 
@@ -59,7 +61,10 @@ at::Tensor spmm_half_prefill(const at::Tensor& x2, const at::Tensor& values, con
   if (dense) return spmm_half_dense(x, vals, idx, N, M, L, b);
   at::Tensor y = at::empty({m, out}, x.options());
 
-  const int config = 0;  // 128 tokens x 256 outputs per block, warps of 128 tokens x 32 outputs
+  // 128 tokens x 256 outputs per block, warps of 128 tokens x 32 outputs; on sm_90 (L >= 32) in the
+  // warp-specialized form.
+  const bool warp_specialized = L >= 32 && ab_switches().tc_tma && at::cuda::getCurrentDeviceProperties()->major >= 9;
+  const int config = warp_specialized ? kernels::kTcPrefillWarpSpecialized : 0;
   kernels::HalfSpmmParams p = half_params(x, x.stride(0), vals, idx, b, y, N, M, L, split_k);
   const size_t scratch_bytes = kernels::tc_prefill_scratch_bytes(p, config);
   TORCH_CHECK(scratch_bytes > 0, "nmspmm.spmm: the fp16/bf16 prefill kernel refused N=", N, " M=", M, " L=", L);

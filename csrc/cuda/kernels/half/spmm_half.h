@@ -28,7 +28,10 @@ struct HalfSpmmParams {
   HalfType dtype;
 };
 
-// Tensor-core prefill kernels (mma.sync, sm_80+). `config` selects a tile configuration.
+// Tensor-core prefill kernels (mma.sync, sm_80+). `config` selects a tile configuration; the bit
+// kTcPrefillWarpSpecialized selects the warp-specialized form (tensor copies and mbarriers, sm_90,
+// L >= 32).
+constexpr int kTcPrefillWarpSpecialized = 128;
 size_t tc_prefill_scratch_bytes(const HalfSpmmParams& p, int config);
 cudaError_t launch_tc_prefill(const HalfSpmmParams& p, int config, cudaStream_t stream);
 

@@ -59,6 +59,8 @@ struct Geometry {
   int split;        // split-K factor
   int vpc;          // vectors per CTA = bm / L
   int slab_off, val_off, tab_off, stage_bytes, smem_bytes;
+  int slab_half;    // warp-specialized form: bytes of one slab half
+  int bar_off;      // warp-specialized form: offset of the mbarriers
   int64_t m_pad;
 };
 
@@ -207,6 +209,70 @@ __global__ void __launch_bounds__(256) reduce_kernel(const float* __restrict__ p
 #pragma unroll
     for (int j = 0; j < 8; ++j) out[j] = from_f32<T>(acc[j] + (bias ? to_f32<T>(bias[o + j]) : 0.f));
     *reinterpret_cast<uint4*>(y + off) = *reinterpret_cast<const uint4*>(out);
+  }
+}
+
+// Epilogue: the block's accumulators (+ bias) staged through shared memory, then coalesced 16-byte
+// stores in the input dtype; with split-K, fp32 partials to the scratch. NT threads (the math
+// warps) take part; the caller has made the shared memory free.
+template <typename T, int BM, int WN, int NT, int BAR>
+__device__ __forceinline__ void store_tile(const KernelArgs& a, unsigned char* smem, const float (&acc)[2][WN / 8][4],
+                                           int wm, int wn, int tid, int lane, int64_t n0, int64_t t0, int z) {
+  constexpr int NJ = WN / 8;
+  constexpr int VCH = BM / 8;  // 16-byte chunks per output row of the tile
+  const Geometry& g = a.g;
+  auto sync_math = [] { asm volatile("bar.sync %0, %1;\n" ::"n"(BAR), "n"(NT) : "memory"); };
+  const int orow = lane >> 2, tcol = (lane & 3) * 2;
+  if (g.split == 1) {
+    constexpr int STR = BM + 8;  // elements per token row
+    T* st = reinterpret_cast<T*>(smem);
+    const T* bias = static_cast<const T*>(a.bias);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int o = wm * 32 + i * 16 + orow + h * 8;
+        const float bv = (bias && n0 + o < a.n) ? to_f32<T>(bias[n0 + o]) : 0.f;
+#pragma unroll
+        for (int j = 0; j < NJ; ++j) {
+          const int t = wn * WN + j * 8 + tcol;
+          st[t * STR + o] = from_f32<T>(acc[i][j][2 * h] + bv);
+          st[(t + 1) * STR + o] = from_f32<T>(acc[i][j][2 * h + 1] + bv);
+        }
+      }
+    }
+    sync_math();
+    T* y = static_cast<T*>(a.y);
+    for (int i = tid; i < kBN * VCH; i += NT) {
+      const int t = i / VCH, c = i % VCH;
+      const int64_t tt = t0 + t, col = n0 + c * 8;
+      if (tt < a.m && col < a.n)
+        *reinterpret_cast<uint4*>(y + tt * a.n + col) = *reinterpret_cast<const uint4*>(st + t * STR + c * 8);
+    }
+  } else {
+    constexpr int STR = BM + 4;  // floats per token row
+    float* st = reinterpret_cast<float*>(smem);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int o = wm * 32 + i * 16 + orow + h * 8;
+#pragma unroll
+        for (int j = 0; j < NJ; ++j) {
+          const int t = wn * WN + j * 8 + tcol;
+          st[t * STR + o] = acc[i][j][2 * h];
+          st[(t + 1) * STR + o] = acc[i][j][2 * h + 1];
+        }
+      }
+    }
+    sync_math();
+    float* part = a.part + static_cast<int64_t>(z) * a.m * a.n;
+    for (int i = tid; i < kBN * (BM / 4); i += NT) {
+      const int t = i / (BM / 4), c = i % (BM / 4);
+      const int64_t tt = t0 + t, col = n0 + c * 4;
+      if (tt < a.m && col < a.n)
+        *reinterpret_cast<float4*>(part + tt * a.n + col) = *reinterpret_cast<const float4*>(st + t * STR + c * 4);
+    }
   }
 }
 
@@ -422,59 +488,7 @@ __global__ void __launch_bounds__(BM * (kBN / WN), 1) tc_prefill_kernel(const Ke
   cp_async_wait<0>();
   __syncthreads();
 
-  // Epilogue: stage through shared memory, then coalesced 16-byte stores.
-  const int orow = lane >> 2, tcol = (lane & 3) * 2;
-  if (g.split == 1) {
-    constexpr int STR = BM + 8;  // elements per token row
-    T* st = reinterpret_cast<T*>(smem);
-    const T* bias = static_cast<const T*>(a.bias);
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int o = wm * 32 + i * 16 + orow + h * 8;
-        const float bv = (bias && n0 + o < a.n) ? to_f32<T>(bias[n0 + o]) : 0.f;
-#pragma unroll
-        for (int j = 0; j < NJ; ++j) {
-          const int t = wn * WN + j * 8 + tcol;
-          st[t * STR + o] = from_f32<T>(acc[i][j][2 * h] + bv);
-          st[(t + 1) * STR + o] = from_f32<T>(acc[i][j][2 * h + 1] + bv);
-        }
-      }
-    }
-    __syncthreads();
-    T* y = static_cast<T*>(a.y);
-    for (int i = tid; i < kBN * VCH; i += NT) {
-      const int t = i / VCH, c = i % VCH;
-      const int64_t tt = t0 + t, col = n0 + c * 8;
-      if (tt < a.m && col < a.n)
-        *reinterpret_cast<uint4*>(y + tt * a.n + col) = *reinterpret_cast<const uint4*>(st + t * STR + c * 8);
-    }
-  } else {
-    constexpr int STR = BM + 4;  // floats per token row
-    float* st = reinterpret_cast<float*>(smem);
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int o = wm * 32 + i * 16 + orow + h * 8;
-#pragma unroll
-        for (int j = 0; j < NJ; ++j) {
-          const int t = wn * WN + j * 8 + tcol;
-          st[t * STR + o] = acc[i][j][2 * h];
-          st[(t + 1) * STR + o] = acc[i][j][2 * h + 1];
-        }
-      }
-    }
-    __syncthreads();
-    float* part = a.part + static_cast<int64_t>(z) * a.m * a.n;
-    for (int i = tid; i < kBN * (BM / 4); i += NT) {
-      const int t = i / (BM / 4), c = i % (BM / 4);
-      const int64_t tt = t0 + t, col = n0 + c * 4;
-      if (tt < a.m && col < a.n)
-        *reinterpret_cast<float4*>(part + tt * a.n + col) = *reinterpret_cast<const float4*>(st + t * STR + c * 4);
-    }
-  }
+  store_tile<T, BM, WN, NT, 0>(a, smem, acc, wm, wn, tid, lane, n0, t0, z);
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -483,7 +497,8 @@ __global__ void __launch_bounds__(BM * (kBN / WN), 1) tc_prefill_kernel(const Ke
 inline int64_t round_up(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
 
 // config bits: bit 0: BM = 128 (else 256); bits 1-2: slots-per-stage cap 64 / 32 / 16;
-// bits 3-5: pipeline-depth cap (0: 4); bit 6: warps of 32 x 64 (else 32 x 128; twice the warps).
+// bits 3-5: pipeline-depth cap (0: 4); bit 6: warps of 32 x 64 (else 32 x 128; twice the warps);
+// bit 7: the warp-specialized form (kConfigTma).
 inline int config_bm(int config) { return (config & 1) ? 128 : 256; }
 inline bool config_wn64(int config) { return (config & 64) != 0; }
 inline int config_slot_cap(int config) { return 64 >> ((config >> 1) & 3); }
@@ -575,11 +590,18 @@ cudaError_t launch_main(const KernelArgs& ka, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
+// config bit 7: the warp-specialized form (spmm_tc_prefill_tma.cuh; sm_90, L >= 32), defined in that
+// header, which the per-dtype instantiation files include.
+constexpr int kConfigTma = kTcPrefillWarpSpecialized;
+inline Geometry make_tma_geometry(const HalfSpmmParams& p, int split_k);
+template <typename T>
+cudaError_t launch_tma(const KernelArgs& ka, cudaStream_t stream);
+
 template <typename T>
 cudaError_t run(const HalfSpmmParams& p, int config, cudaStream_t stream) {
   if (!pattern_supported(p.N, p.M, p.L)) return cudaErrorInvalidValue;
   if (p.m < 1 || p.n < 1 || p.k < 1 || p.n % p.L != 0 || p.k % p.M != 0) return cudaErrorInvalidValue;
-  if (config < 0 || config > 127) return cudaErrorInvalidValue;
+  if (config < 0 || config > 255) return cudaErrorInvalidValue;
   if (reinterpret_cast<uintptr_t>(p.values) % 16 != 0 || reinterpret_cast<uintptr_t>(p.y) % 16 != 0 ||
       reinterpret_cast<uintptr_t>(p.scratch) % 16 != 0)
     return cudaErrorMisalignedAddress;
@@ -618,7 +640,11 @@ cudaError_t run(const HalfSpmmParams& p, int config, cudaStream_t stream) {
   ka.g = g;
   cudaError_t e;
   const bool l16 = p.L == 16, wn64 = config_wn64(config);
-  if (g.bm == 256) {
+  if (config & kConfigTma) {
+    ka.g = make_tma_geometry(p, g.split);
+    if (ka.g.split != g.split) return cudaErrorInvalidValue;  // the scratch holds g.split partials
+    e = launch_tma<T>(ka, stream);
+  } else if (g.bm == 256) {
     if (wn64)
       e = l16 ? launch_main<T, 256, 2, 64>(ka, stream) : launch_main<T, 256, 1, 64>(ka, stream);
     else

@@ -1,5 +1,5 @@
 // fp16 instantiation of the tensor-core prefill SpMM (spmm_tc_prefill.cuh).
-#include "cuda/kernels/half/spmm_tc_prefill.cuh"
+#include "cuda/kernels/half/spmm_tc_prefill_tma.cuh"
 
 namespace nmspmm {
 namespace kernels {
