@@ -213,14 +213,17 @@ inline double producer_tail_cost_us(int64_t m, int64_t n, int64_t k, int64_t N, 
 // ---- fp16 / bf16 prefill (docs/kernels.md, "Half-precision prefill"; fitted to H100 timings) ----
 
 // Whether a call runs faster as cuBLAS on a transient dense copy of the weight (dense_expand_*)
-// than in the gathered tensor-core kernel (tc_prefill_*): the gathered kernel reaches about
-// 50 + 180 * N/M useful TFLOP/s at m >= 256; the expansion moves n * k * 2 dense bytes at about
-// 1 TB/s (measured: 43 us for 4096 x 4096, 110-120 us for 14336 x 4096), and cuBLAS runs the dense
-// product at about 650 TFLOP/s.
-inline bool half_prefill_prefers_dense(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M) {
+// than in the gathered tensor-core kernel (tc_prefill_*) at m >= 256. The gathered kernel's useful
+// rate: in its warp-specialized form (sm_90, L >= 32) about 364 * d / (d + 0.2) TFLOP/s at density
+// d = N/M (H100 bf16, m >= 2048: 255-270 at 16:32, 120-150 at 4:32), i.e. a time of
+// flops * (d + 0.2) / 364; in its cp.async form about 50 + 180 * d. The expansion moves n * k * 2
+// dense bytes at about 1 TB/s (measured: 43 us for 4096 x 4096, 110-120 us for 14336 x 4096), and
+// cuBLAS runs the dense product at about 650 TFLOP/s.
+inline bool half_prefill_prefers_dense(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, bool warp_specialized) {
   const double density = static_cast<double>(N) / static_cast<double>(M);
   const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
-  const double sparse_us = flops * density / ((50.0 + 180.0 * density) * 1e6);
+  const double sparse_us = warp_specialized ? flops * (density + 0.2) / 364e6
+                                            : flops * density / ((50.0 + 180.0 * density) * 1e6);
   const double expand_us = 4.0 + static_cast<double>(n) * static_cast<double>(k) * 2.0 / 1.0e6;
   const double dense_us = 5.0 + flops / 650e6;
   return expand_us + dense_us < sparse_us;

@@ -176,7 +176,9 @@ inline Plan choose_half_plan(const Problem& pb) {
   const Kernel tc = bf16 ? Kernel::kTcPrefillBF16_128x256 : Kernel::kTcPrefillF16_128x256;
   const Kernel dense = bf16 ? Kernel::kDenseExpandBF16 : Kernel::kDenseExpandF16;
   const bool tc_ok = kernel_supports(tc, pb.m, pb.N, pb.M, pb.L, false, pb.dtype, pb.cc, pb.sm90a);
-  if (!tc_ok || half_prefill_prefers_dense(pb.m, pb.n, pb.k, pb.N, pb.M)) return {dense, 1};
+  // The binding runs the warp-specialized form of the gathered kernel on sm_90 for L >= 32.
+  const bool warp_specialized = pb.cc >= 90 && pb.L >= 32 && ab_switches().tc_tma;
+  if (!tc_ok || half_prefill_prefers_dense(pb.m, pb.n, pb.k, pb.N, pb.M, warp_specialized)) return {dense, 1};
   return {tc, half_prefill_split(pb.m, pb.n, pb.k, sms)};
 }
 
