@@ -160,6 +160,10 @@ inline Plan choose_cluster_decode(int64_t m, int64_t n, int64_t k, int64_t N, in
 // m = 64 (thread-block clusters, sm_90), then the cheaper of the gathered tensor-core kernel and
 // cuBLAS on the expanded weight (half_prefill_prefers_dense). Kernel::kNone: no native plan (the
 // caller plans the fp32 fallback).
+// Whether the tc_prefill_* plans run in their warp-specialized form (tensor copies, mbarriers,
+// setmaxnreg: built for sm_90a only, so compute capability 9.0 exactly) or in their cp.async form.
+inline bool half_prefill_warp_specialized(int cc, int64_t L) { return cc == 90 && L >= 32 && ab_switches().tc_tma; }
+
 inline Plan choose_half_plan(const Problem& pb) {
   const bool bf16 = pb.dtype == DType::kBF16;
   const int sms = pb.num_sms > 0 ? pb.num_sms : 132;
@@ -176,8 +180,7 @@ inline Plan choose_half_plan(const Problem& pb) {
   const Kernel tc = bf16 ? Kernel::kTcPrefillBF16_128x256 : Kernel::kTcPrefillF16_128x256;
   const Kernel dense = bf16 ? Kernel::kDenseExpandBF16 : Kernel::kDenseExpandF16;
   const bool tc_ok = kernel_supports(tc, pb.m, pb.N, pb.M, pb.L, false, pb.dtype, pb.cc, pb.sm90a);
-  // The binding runs the warp-specialized form of the gathered kernel on sm_90 for L >= 32.
-  const bool warp_specialized = pb.cc >= 90 && pb.L >= 32 && ab_switches().tc_tma;
+  const bool warp_specialized = half_prefill_warp_specialized(pb.cc, pb.L);
   if (!tc_ok || half_prefill_prefers_dense(pb.m, pb.n, pb.k, pb.N, pb.M, warp_specialized)) return {dense, 1};
   return {tc, half_prefill_split(pb.m, pb.n, pb.k, sms)};
 }

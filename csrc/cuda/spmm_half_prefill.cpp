@@ -6,7 +6,6 @@
 //    cuBLAS, which the heuristic picks where its cost model says it is faster (large m). Everything runs on the current stream;
 // the k-major copy of x and the split-K partials live in one scratch tensor from the caching
 // allocator, so the call neither synchronizes nor breaks CUDA-graph capture.
-#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/all.h>
@@ -14,7 +13,6 @@
 #include <mutex>
 #include <optional>
 
-#include "../ab_switches.h"
 #include "kernels/half/spmm_half.h"
 #include "spmm_params.h"
 
@@ -45,11 +43,12 @@ at::Tensor spmm_half_dense(const at::Tensor& x, const at::Tensor& vals, const at
 
 }  // namespace
 
-// Runs a tc_prefill_* plan (dense = false, split-K split_k) or a dense_expand_* plan (dense =
-// true). x2 is x reshaped to [m, in] with m >= 1; the caller has checked every argument and the
-// plan (registry and compute capability).
+// Runs a tc_prefill_* plan (dense = false, split-K split_k, in the warp-specialized form if
+// warp_specialized) or a dense_expand_* plan (dense = true). x2 is x reshaped to [m, in] with
+// m >= 1; the caller has checked every argument and the plan (registry and compute capability).
 at::Tensor spmm_half_prefill(const at::Tensor& x2, const at::Tensor& values, const at::Tensor& indices, int64_t N,
-                             int64_t M, int64_t L, const std::optional<at::Tensor>& bias, bool dense, int split_k) {
+                             int64_t M, int64_t L, const std::optional<at::Tensor>& bias, bool dense, int split_k,
+                             bool warp_specialized) {
   const int64_t m = x2.size(0), in = x2.size(1), out = values.size(1);
   at::Tensor x = x2;
   if (x.stride(1) != 1 || x.stride(0) < in) x = x.contiguous();
@@ -61,9 +60,8 @@ at::Tensor spmm_half_prefill(const at::Tensor& x2, const at::Tensor& values, con
   if (dense) return spmm_half_dense(x, vals, idx, N, M, L, b);
   at::Tensor y = at::empty({m, out}, x.options());
 
-  // 128 tokens x 256 outputs per block, warps of 128 tokens x 32 outputs; on sm_90 (L >= 32) in the
-  // warp-specialized form.
-  const bool warp_specialized = L >= 32 && ab_switches().tc_tma && at::cuda::getCurrentDeviceProperties()->major >= 9;
+  // 128 tokens x 256 outputs per block, warps of 128 tokens x 32 outputs; in the warp-specialized
+  // form where the caller says so (policy.h, half_prefill_warp_specialized).
   const int config = warp_specialized ? kernels::kTcPrefillWarpSpecialized : 0;
   kernels::HalfSpmmParams p = half_params(x, x.stride(0), vals, idx, b, y, N, M, L, split_k);
   const size_t scratch_bytes = kernels::tc_prefill_scratch_bytes(p, config);

@@ -26,7 +26,8 @@ namespace nmspmm {
 at::Tensor spmm_half_decode(const at::Tensor& x2, const at::Tensor& values, const at::Tensor& indices, int64_t N,
                             int64_t M, int64_t L, const std::optional<at::Tensor>& bias, bool narrow, int split_k);
 at::Tensor spmm_half_prefill(const at::Tensor& x2, const at::Tensor& values, const at::Tensor& indices, int64_t N,
-                             int64_t M, int64_t L, const std::optional<at::Tensor>& bias, bool dense, int split_k);
+                             int64_t M, int64_t L, const std::optional<at::Tensor>& bias, bool dense, int split_k,
+                             bool warp_specialized);
 
 namespace {
 
@@ -197,7 +198,7 @@ at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const a
     at::Tensor y = info.family == Family::kDecodeTc
                        ? spmm_half_decode(x2, values, indices, N, M, L, bias, info.variant == 64, plan.split_k)
                        : spmm_half_prefill(x2, values, indices, N, M, L, bias, info.family == Family::kDenseExpand,
-                                           plan.split_k);
+                                           plan.split_k, half_prefill_warp_specialized(device.cc, L));
     return y.reshape(out_shape);
   }
   // The registry's fp32 kernels: a dtype without a native plan for the call is upcast and the

@@ -268,13 +268,27 @@ inline bool encode_b16_swizzled(CUtensorMap* map, const void* base, int64_t rows
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-// The main kernel of the warp-specialized form (after the transpose into ka.xT). Refuses
-// (cudaErrorInvalidValue) what it is not built for: L < 32, more than 64 slots per stage, fewer
+// The main kernel of the warp-specialized form (after the transpose into ka.xT). Refuses a device
+// other than compute capability 9.0 (cudaErrorInvalidDevice) and (cudaErrorInvalidValue) what it is
+// not built for: L < 32, more than 64 slots per stage, fewer
 // than 2 pipeline stages, sizes past the tensor copies' 32-bit coordinates.
 template <typename T>
 cudaError_t launch_tma(const KernelArgs& ka, cudaStream_t stream) {
   const Geometry& g = ka.g;
+  // Built for sm_90a only: on any other device the kernel body is empty.
+  constexpr int kMaxDevices = 64;
+  static int cc[kMaxDevices] = {};
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) return cudaErrorInvalidDevice;
+  if (cc[dev] == 0) {
+    int major = 0, minor = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
+      return cudaErrorInvalidDevice;
+    cc[dev] = major * 10 + minor;
+  }
   constexpr int64_t kMaxCoord = 0x7fffffff;
+  if (cc[dev] != 90) return cudaErrorInvalidDevice;
   if (ka.L < 32 || g.s_pad > 64 || g.s_pad < 16 || g.stages < 2 || g.bkd > 256 || g.s > 256 ||
       ka.k > kMaxCoord || ka.m_pad > kMaxCoord || ka.n > kMaxCoord || ka.w > kMaxCoord)
     return cudaErrorInvalidValue;
