@@ -4,6 +4,7 @@ with addresses, encodings and anonymous-namespace hashes removed) and its regist
 
     python tools/sass_diff.py 76256c8                 # every kernel file
     python tools/sass_diff.py HEAD --files 'spmm_decode_*.cu' --jobs 8
+    python tools/sass_diff.py HEAD --files 'half/tc_prefill_*.cu'
 
 Why: adding fields to SpmmParams makes ptxas compile the decode kernels, whose source does not
 change, into different code that runs up to 1.7x slower at some m = 1 plans. A change meant for some kernels should
@@ -31,9 +32,9 @@ def anon(symbol):
 
 def sass_by_function(src_root, name, out_dir, cuobjdump):
     """{function: (normalized instruction lines, registers)} of one .cu file."""
-    cubin = os.path.join(out_dir, name + ".cubin")
-    subprocess.run(["nvcc", "-std=c++17", "-O3", "-arch=sm_90a", "-cubin", name, "-o", cubin],
-                   cwd=os.path.join(src_root, KDIR), check=True, capture_output=True)
+    cubin = os.path.join(out_dir, name.replace("/", "_") + ".cubin")
+    subprocess.run(["nvcc", "-std=c++17", "-O3", "-arch=sm_90a", "-I", os.path.join(src_root, "csrc"), "-cubin", name,
+                    "-o", cubin], cwd=os.path.join(src_root, KDIR), check=True, capture_output=True)
     text = subprocess.run([cuobjdump, "-sass", cubin], check=True, capture_output=True, text=True).stdout
     res = subprocess.run([cuobjdump, "-res-usage", cubin], check=True, capture_output=True, text=True).stdout
     regs = {}
@@ -54,13 +55,15 @@ def sass_by_function(src_root, name, out_dir, cuobjdump):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("rev", help="git revision to compare the working tree with")
-    ap.add_argument("--files", default="*.cu", help="glob over csrc/cuda/kernels")
+    ap.add_argument("--files", default="*.cu", help="glob over csrc/cuda/kernels (half/*.cu: the 16-bit kernels)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     a = ap.parse_args()
     cuobjdump = os.environ.get("CUOBJDUMP") or shutil.which("cuobjdump")
     if not cuobjdump:
         sys.exit("cuobjdump not found: set CUOBJDUMP")
-    names = sorted(n for n in os.listdir(os.path.join(ROOT, KDIR)) if fnmatch.fnmatch(n, a.files) and n.endswith(".cu"))
+    kdir = os.path.join(ROOT, KDIR)
+    names = sorted(os.path.relpath(os.path.join(d, f), kdir) for d, _, fs in os.walk(kdir) for f in fs)
+    names = [n for n in names if fnmatch.fnmatch(n, a.files) and n.endswith(".cu")]
     with tempfile.TemporaryDirectory() as tmp:
         old_root = os.path.join(tmp, "old")
         os.makedirs(old_root)
