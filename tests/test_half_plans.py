@@ -49,6 +49,11 @@ def test_heuristic_plans_native_kernels(dtype):
     assert plan(1024, 4096, 4096, 8, 32, 32, dtype, cc=80)[0] in tc + dense
     # Below sm_80: no native kernels at all.
     assert INFO[plan(1024, 4096, 4096, 8, 32, 32, dtype, cc=75)[0]].dtype == "float32"
+    # At 75% and large m the warp-specialized gathered kernel (sm_90, L >= 32) beats the expansion;
+    # its cp.async form (sm_80, or L = 16 on sm_90) does not.
+    assert plan(4096, 14336, 4096, 8, 32, 32, dtype)[0] in tc
+    assert plan(4096, 14336, 4096, 8, 32, 32, dtype, cc=80)[0] in dense
+    assert plan(4096, 14336, 4096, 8, 32, 16, dtype)[0] in dense
     # Patterns the tensor-core kernels lack (L < 16) take the expansion or the fp32 fallback.
     assert plan(1024, 4096, 4096, 8, 32, 8, dtype)[0] in dense
     assert INFO[plan(8, 4096, 4096, 8, 32, 8, dtype)[0]].dtype == "float32"
