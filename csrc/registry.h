@@ -95,6 +95,9 @@ enum class Kernel : int {
 constexpr int kMaxDecodeCluster = 16;
 // Largest split_k of every other kernel.
 constexpr int kMaxSplitK = 64;
+// Largest m of the fp16 / bf16 prefill kernel (its x transpose's grid; larger m takes the dense
+// expansion).
+constexpr int kTcPrefillMaxM = 65535 * 64;
 
 struct KernelInfo {
   Kernel id;
@@ -141,13 +144,14 @@ constexpr KernelInfo kKernelTable[] = {
     {Kernel::kProducerF32_128x256, "producer_f32_128x256_sm90a", Family::kProducer, DType::kF32, 128, 256, 12, 0, 32, 32, 0, 90, true, false, true, kMaxSplitK},
     {Kernel::kProducerTailF32_128x256, "producer_tail_f32_128x256_sm90a", Family::kProducerTail, DType::kF32, 128, 256, 12, 0, 32, 32, 0, 90, true, false, true, kMaxSplitK},
     // fp16 / bf16. The decode kernels: blocks of 8 warps over 64 or 256 output columns (variant),
-    // split_k = cluster size. The prefill kernel makes its own k-major copy of x (not reads_xt).
+    // split_k = cluster size. The prefill kernel makes its own k-major copy of x (not reads_xt); its
+    // transpose covers 64 rows of x per block in grid y (at most 65535), hence m <= 4,194,240.
     {Kernel::kDecodeTcBF16_64, "decode_tc_bf16_64", Family::kDecodeTc, DType::kBF16, 0, 64, 8, 64, 16, 64, 64, 90, false, false, false, kMaxDecodeCluster},
     {Kernel::kDecodeTcBF16_256, "decode_tc_bf16_256", Family::kDecodeTc, DType::kBF16, 0, 256, 8, 256, 16, 64, 64, 90, false, false, false, kMaxDecodeCluster},
     {Kernel::kDecodeTcF16_64, "decode_tc_f16_64", Family::kDecodeTc, DType::kF16, 0, 64, 8, 64, 16, 64, 64, 90, false, false, false, kMaxDecodeCluster},
     {Kernel::kDecodeTcF16_256, "decode_tc_f16_256", Family::kDecodeTc, DType::kF16, 0, 256, 8, 256, 16, 64, 64, 90, false, false, false, kMaxDecodeCluster},
-    {Kernel::kTcPrefillBF16_128x256, "tc_prefill_bf16_128x256", Family::kTcPrefill, DType::kBF16, 128, 256, 8, 0, 16, 64, 0, 80, false, false, false, 4},
-    {Kernel::kTcPrefillF16_128x256, "tc_prefill_f16_128x256", Family::kTcPrefill, DType::kF16, 128, 256, 8, 0, 16, 64, 0, 80, false, false, false, 4},
+    {Kernel::kTcPrefillBF16_128x256, "tc_prefill_bf16_128x256", Family::kTcPrefill, DType::kBF16, 128, 256, 8, 0, 16, 64, kTcPrefillMaxM, 80, false, false, false, 4},
+    {Kernel::kTcPrefillF16_128x256, "tc_prefill_f16_128x256", Family::kTcPrefill, DType::kF16, 128, 256, 8, 0, 16, 64, kTcPrefillMaxM, 80, false, false, false, 4},
     {Kernel::kDenseExpandBF16, "dense_expand_bf16", Family::kDenseExpand, DType::kBF16, 0, 0, 8, 0, 1, 64, 0, 0, false, false, false, 1},
     {Kernel::kDenseExpandF16, "dense_expand_f16", Family::kDenseExpand, DType::kF16, 0, 0, 8, 0, 1, 64, 0, 0, false, false, false, 1},
 };

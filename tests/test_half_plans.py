@@ -54,6 +54,11 @@ def test_heuristic_plans_native_kernels(dtype):
     assert plan(4096, 14336, 4096, 8, 32, 32, dtype)[0] in tc
     assert plan(4096, 14336, 4096, 8, 32, 32, dtype, cc=80)[0] in dense
     assert plan(4096, 14336, 4096, 8, 32, 16, dtype)[0] in dense
+    # Past the prefill kernel's grid (m > 65535 x 64) the expansion takes any pattern.
+    tc_name = tc[0]
+    assert nmspmm.kernel_supports(tc_name, 65535 * 64, 4, 32, 32, False, 90)
+    assert not nmspmm.kernel_supports(tc_name, 65535 * 64 + 1, 4, 32, 32, False, 90)
+    assert plan(65535 * 64 + 1, 64, 64, 4, 32, 32, dtype)[0] in dense
     # Patterns the tensor-core kernels lack (L < 16) take the expansion or the fp32 fallback.
     assert plan(1024, 4096, 4096, 8, 32, 8, dtype)[0] in dense
     assert INFO[plan(8, 4096, 4096, 8, 32, 8, dtype)[0]].dtype == "float32"
