@@ -7,7 +7,7 @@
 #   fuzzmem   the same harness on small shapes under compute-sanitizer memcheck, every tensor its own
 #             allocation (PYTORCH_NO_CUDA_MEMORY_CACHING=1)
 #   bench100  the committed benchmark: the 100 NM-SpMM points, nmspmm fp32 and bf16 against cuBLAS
-#             fp32 / bf16 and PyTorch 2:4 bf16
+#             fp32 / bf16 and PyTorch 2:4 bf16 (BENCH_HALF=fp16,bf16: fp16 rows too)
 #   decode    bench_decode_half.py --stream-ref $DECODE_ARGS (bf16 and fp16 decode rows, m-sweep)
 #   quick | full | e2e   benchmarks (bench_spmm --quick, --suite all, e2e_llama)
 #   arch90    a second build with TORCH_CUDA_ARCH_LIST=9.0 (in a copy of the tree), timed against
@@ -43,7 +43,8 @@ for phase in "$@"; do
       done ;;
     sanitize) mkdir -p "$OUT/gpu_tests"
       for tool in memcheck racecheck; do timeout 240 compute-sanitizer --tool $tool --print-limit 20 python3 tools/sanitize_run.py > "$OUT/gpu_tests/sanitizer_$tool.txt" 2>&1; echo "sanitizer $tool rc=$?"; tail -3 "$OUT/gpu_tests/sanitizer_$tool.txt"; done ;;
-    bench100) mkdir -p "$OUT/bench"; python3 benchmarks/bench_spmm.py --suite nmspmm100 --dtypes fp32,bf16 --nm-dtypes fp32,bf16 --semi24 bf16 \
+    bench100) mkdir -p "$OUT/bench"; python3 benchmarks/bench_spmm.py --suite nmspmm100 --dtypes "fp32,${BENCH_HALF:-bf16}" \
+        --nm-dtypes "fp32,${BENCH_HALF:-bf16}" --semi24 "${BENCH_HALF:-bf16}" \
         --out "$OUT/bench" > "$OUT/bench/console.txt" 2>&1; echo "bench100 rc=$?"; tail -30 "$OUT/bench/console.txt" ;;
     decode) timeout 900 python3 benchmarks/bench_decode_half.py --stream-ref ${DECODE_ARGS:-} --out "$OUT/decode" > "$OUT/decode_console.txt" 2>&1
       echo "decode rc=$?"; tail -45 "$OUT/decode_console.txt" ;;
