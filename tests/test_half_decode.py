@@ -39,8 +39,9 @@ def _check(nm, x, values, indices, N, M, L, bias=None, y=None):
     return y
 
 
-# Every pattern family of the support matrix: M in {8, 16, 32, 64}, L in {16, 32, 64, 128}.
-PATTERNS = [(N, M, L) for M in (8, 16, 32, 64) for L in (16, 32, 64, 128) for N in sorted({1, M // 4 + 1, M})]
+# Every pattern family of the support matrix: M in {2, 4, 8, 16, 32, 64} (below 8 the staging of x
+# reads it element by element), L in {16, 32, 64, 128}.
+PATTERNS = [(N, M, L) for M in (2, 4, 8, 16, 32, 64) for L in (16, 32, 64, 128) for N in sorted({1, M // 4 + 1, M})]
 MS = [1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 48, 63, 64]
 
 

@@ -27,6 +27,13 @@ inline bool half_decode_supports(int64_t m, int64_t n, int64_t k, int64_t N, int
   return k / M * N < (int64_t{1} << 26);
 }
 
+// Whether the heuristic plans the decode kernels for an m they support. The m-sweep of
+// benchmarks/bench_decode_half.py on H100 measures them faster than the prefill plans up to m = 32
+// on the six Llama layers (within 7% at 11008 x 4096, 12:32, m = 32), and up to m = 64 on weights
+// of fewer than 2^25 elements (4096 x 4096, 1024 x 4096); on the larger ones the prefill plans win
+// at m = 48 and 64 (by 1.1-1.8x).
+inline bool half_decode_preferred(int64_t m, int64_t n, int64_t k) { return m <= 32 || n * k < (int64_t{1} << 25); }
+
 struct HalfDecodePlan {
   int config;   // kHalfDecodeNarrow or 0 (the binding adds kHalfDecodeDependentLaunch)
   int split_k;  // cluster size: blocks splitting k
@@ -44,7 +51,7 @@ inline int64_t half_decode_blocks_per_sm(int64_t m, int64_t windows, int64_t spl
   const int64_t nt = m <= 8 ? 1 : m <= 16 ? 2 : m <= 32 ? 4 : 8;
   const int64_t by_regs = nt <= 2 ? 16 / warps : 8 / warps;
   const int64_t ring = warps * 4 * 2048;
-  const int64_t x = ((windows + split - 1) / split * M + 1) * nt * 16;
+  const int64_t x = ((windows + split - 1) / split * M + 8) / 8 * 8 * nt * 16;  // xT slots, rounded to 8
   const int64_t red = warps / cw * nt * 8 * (64 * cw + 4) * 4;
   const int64_t smem = (ring + x > red ? ring + x : red) + 1024;
   const int64_t by_smem = 228 * 1024 / smem;
