@@ -168,7 +168,7 @@ inline Plan choose_half_plan(const Problem& pb) {
   const bool bf16 = pb.dtype == DType::kBF16;
   const int sms = pb.num_sms > 0 ? pb.num_sms : 132;
   if (pb.cc < 80) return {Kernel::kNone, 1};
-  if (pb.cc >= 90 && pb.m <= ab_switches().half_decode_max_m &&
+  if (pb.cc >= 90 && pb.m <= ab_switches().half_decode_max_m && kernels::half_decode_preferred(pb.m, pb.n, pb.k) &&
       kernels::half_decode_supports(pb.m, pb.n, pb.k, pb.N, pb.M, pb.L)) {
     const kernels::HalfDecodePlan d = kernels::half_decode_plan(pb.m, pb.n, pb.k, pb.N, pb.M, sms);
     const bool narrow = (d.config & kernels::kHalfDecodeNarrow) != 0;

@@ -35,9 +35,14 @@ def test_registry_has_native_families(dtype):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_heuristic_plans_native_kernels(dtype):
     decode, tc, dense = family("decode_tc", dtype), family("tc_prefill", dtype), family("dense_expand", dtype)
-    for m, (n, k), N in itertools.product((1, 8, 16, 64), ((4096, 4096), (14336, 4096)), (16, 4)):
+    for m, (n, k), N in itertools.product((1, 8, 16, 32), ((4096, 4096), (14336, 4096)), (16, 4)):
         kernel, split = plan(m, n, k, N, 32, 32, dtype)
         assert kernel in decode and 1 <= split <= NATIVE[kernel].max_split_k, (m, n, k, N, kernel)
+    # m = 33..64: the decode kernels on weights below 2^25 elements, the prefill plans above.
+    assert plan(64, 4096, 4096, 8, 32, 32, dtype)[0] in decode
+    assert plan(64, 1024, 4096, 8, 32, 32, dtype)[0] in decode
+    assert plan(48, 14336, 4096, 8, 32, 32, dtype)[0] in tc + dense
+    assert plan(64, 4096, 11008, 4, 32, 32, dtype)[0] in tc + dense
     for m, (n, k), N in itertools.product((65, 256, 4096), ((4096, 4096), (14336, 4096)), (16, 4)):
         kernel, split = plan(m, n, k, N, 32, 32, dtype)
         assert kernel in tc + dense and 1 <= split <= NATIVE[kernel].max_split_k, (m, n, k, N, kernel)
