@@ -213,20 +213,22 @@ inline double producer_tail_cost_us(int64_t m, int64_t n, int64_t k, int64_t N, 
 // ---- fp16 / bf16 prefill (docs/kernels.md, "Half-precision prefill"; fitted to H100 timings) ----
 
 // Whether a call runs faster as cuBLAS on a transient dense copy of the weight (dense_expand_*)
-// than in the gathered tensor-core kernel (tc_prefill_*) at m >= 256. The gathered kernel's useful
-// rate: in its warp-specialized form (sm_90, L >= 32) about 364 * d / (d + 0.2) TFLOP/s at density
-// d = N/M (H100 bf16, m >= 2048: 255-270 at 16:32, 120-150 at 4:32), i.e. a time of
-// flops * (d + 0.2) / 364; in its cp.async form about 50 + 180 * d. The expansion moves n * k * 2
-// dense bytes at about 1 TB/s (measured: 43 us for 4096 x 4096, 110-120 us for 14336 x 4096), and
-// cuBLAS runs the dense product at about 650 TFLOP/s.
+// than in the gathered tensor-core kernel (tc_prefill_*) at m >= 256.
+//  * Warp-specialized form (sm_90, L >= 32): both paths timed in one run on the 100 NM-SpMM points
+//    at 16 / 12 / 8 / 4 of 32 (H100, bf16) fit the gathered kernel's time as flops * (d + 0.2) /
+//    387 TFLOP/s (d = N/M; 6.5% median error) and the expansion as n * k * 2 bytes at 1.32 TB/s plus
+//    cuBLAS at 855 TFLOP/s (6.5%); their fixed costs (transpose, launches) are within the fit's
+//    noise and left out. The model's picks lose 1.5-2.2% to the best path on geomean at m >= 1024
+//    at every pattern (the previous constants: 5% at 16:32).
+//  * cp.async form: a useful rate of about 50 + 180 * d TFLOP/s against an expansion at about
+//    1 TB/s and cuBLAS at 650 TFLOP/s plus 9 us of launches.
 inline bool half_prefill_prefers_dense(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, bool warp_specialized) {
   const double density = static_cast<double>(N) / static_cast<double>(M);
   const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
-  const double sparse_us = warp_specialized ? flops * (density + 0.2) / 364e6
-                                            : flops * density / ((50.0 + 180.0 * density) * 1e6);
-  const double expand_us = 4.0 + static_cast<double>(n) * static_cast<double>(k) * 2.0 / 1.0e6;
-  const double dense_us = 5.0 + flops / 650e6;
-  return expand_us + dense_us < sparse_us;
+  const double dense_bytes = static_cast<double>(n) * static_cast<double>(k) * 2.0;
+  if (warp_specialized) return dense_bytes / 1.32e6 + flops / 855e6 < flops * (density + 0.2) / 387e6;
+  const double sparse_us = flops * density / ((50.0 + 180.0 * density) * 1e6);
+  return 4.0 + dense_bytes / 1.0e6 + 5.0 + flops / 650e6 < sparse_us;
 }
 
 // Split-K of the tensor-core prefill kernel (128 tokens x 256 outputs per block): none once the
