@@ -189,3 +189,45 @@ def test_warp_specialized_form_bitwise_equals_cp_async_form(pattern, dtype, nm, 
                    env=dict(os.environ, NMSPMM_NO_TC_TMA="1"), check=True, timeout=300)
     for (k, s), a, b in zip(plans, here, torch.load(dst)):
         assert torch.equal(a, b.to(a.device)), f"{N}:{M} L={L} split_k={s}: warp-specialized and cp.async forms differ"
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+def test_launch_during_transpose_bitwise_equals_plain_stream_order(dtype, nm, tmp_path):
+    # On sm_90 the warp-specialized form launches while the x transpose before it runs
+    # (programmatic dependent launch); its producer waits for the transpose before its first copy of
+    # x. The bits must be those of plain stream order (NMSPMM_NO_XT_OVERLAP=1), with x written by a
+    # kernel just before the op, for grids under one wave, of several waves, and split-K.
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("the warp-specialized form needs sm_90")
+    N, M, L = 8, 32, 32
+    values, indices = nm.random_packed(2048, 1024, N, M, L, dtype, "cuda")
+    kernel = "tc_prefill_bf16_128x256" if dtype == torch.bfloat16 else "tc_prefill_f16_128x256"
+    plans = [(kernel, s) for s in (1, 3)]
+    for m in (40, 1000, 3000):
+        x = torch.randn(m, 1024, device="cuda").to(dtype)
+        x.mul_(2)  # x comes from a kernel launched just before the op
+        here = [ops.spmm_with_plan(x, values, indices, N, M, L, None, None, None, k, s) for k, s in plans]
+        src, dst = tmp_path / f"in{m}.pt", tmp_path / f"out{m}.pt"
+        torch.save(dict(x=x, values=values, indices=indices, pattern=(N, M, L), bias=None, plans=plans), src)
+        subprocess.run([sys.executable, "-c", _CP_ASYNC_CHILD, str(src), str(dst)],
+                       env=dict(os.environ, NMSPMM_NO_XT_OVERLAP="1"), check=True, timeout=300)
+        for (k, s), a, b in zip(plans, here, torch.load(dst)):
+            assert torch.equal(a, b.to(a.device)), f"m={m} split_k={s}: launch during the transpose changes bits"
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=str)
+def test_chain_reads_previous_output(dtype, nm):
+    # One call's output is the next call's x: the next call's transpose (plain stream order) waits
+    # for the previous call, and its main kernel (launched during that transpose) for the transpose.
+    N, M, L = 16, 32, 32
+    values, indices = nm.random_packed(1024, 1024, N, M, L, dtype, "cuda")
+    values.mul_(0.05)  # keeps the chain's magnitudes near 1
+    dense = nm.ref_decompress(values, indices, N, M, L)
+    kernel = "tc_prefill_bf16_128x256" if dtype == torch.bfloat16 else "tc_prefill_f16_128x256"
+    ys = [torch.randn(700, 1024, device="cuda").to(dtype)]
+    for _ in range(4):
+        ys.append(ops.spmm_with_plan(ys[-1], values, indices, N, M, L, None, None, None, kernel, 1))
+    for a, b in zip(ys[:-1], ys[1:]):
+        ref, scale = nm.ref_spmm64(a, values, indices, N, M, L, None)
+        err_lin = (F.linear(a, dense).double() - ref).abs().max().item()
+        assert (b.double() - ref).abs().max().item() <= 2 * err_lin + 2.0 ** -12 * scale

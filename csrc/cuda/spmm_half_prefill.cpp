@@ -13,6 +13,7 @@
 #include <mutex>
 #include <optional>
 
+#include "../ab_switches.h"
 #include "kernels/half/spmm_half.h"
 #include "spmm_params.h"
 
@@ -62,7 +63,12 @@ at::Tensor spmm_half_prefill(const at::Tensor& x2, const at::Tensor& values, con
 
   // 128 tokens x 256 outputs per block, warps of 128 tokens x 32 outputs; in the warp-specialized
   // form where the caller says so (policy.h, half_prefill_warp_specialized).
-  const int config = warp_specialized ? kernels::kTcPrefillWarpSpecialized : 0;
+  // The warp-specialized form starts during the x transpose (NMSPMM_NO_XT_OVERLAP=1: after it).
+  int config = 0;
+  if (warp_specialized) {
+    config = kernels::kTcPrefillWarpSpecialized;
+    if (ab_switches().xt_overlap) config |= kernels::kTcPrefillDuringTranspose;
+  }
   kernels::HalfSpmmParams p = half_params(x, x.stride(0), vals, idx, b, y, N, M, L, split_k);
   const size_t scratch_bytes = kernels::tc_prefill_scratch_bytes(p, config);
   TORCH_CHECK(scratch_bytes > 0, "nmspmm.spmm: the fp16/bf16 prefill kernel refused N=", N, " M=", M, " L=", L);

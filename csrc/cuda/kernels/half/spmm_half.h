@@ -30,8 +30,12 @@ struct HalfSpmmParams {
 
 // Tensor-core prefill kernels (mma.sync, sm_80+). `config` selects a tile configuration; the bit
 // kTcPrefillWarpSpecialized selects the warp-specialized form (tensor copies and mbarriers, sm_90,
-// L >= 32).
+// L >= 32); with it, kTcPrefillDuringTranspose launches the main kernel with programmatic dependent
+// launch during the x transpose before it (its producer waits for the transpose before its first
+// copy of x; everything before the transpose has completed, since the transpose is launched in
+// plain stream order).
 constexpr int kTcPrefillWarpSpecialized = 128;
+constexpr int kTcPrefillDuringTranspose = 256;
 size_t tc_prefill_scratch_bytes(const HalfSpmmParams& p, int config);
 cudaError_t launch_tc_prefill(const HalfSpmmParams& p, int config, cudaStream_t stream);
 

@@ -37,6 +37,7 @@
 
 #include "cuda/kernels/cp_async.cuh"
 #include "cuda/kernels/half/spmm_half.h"
+#include "cuda/kernels/launch_overlap.cuh"
 
 namespace nmspmm {
 namespace kernels {
@@ -141,6 +142,7 @@ __device__ __forceinline__ void wait_pending(int n) {
 template <typename T, bool kVec>
 __global__ void __launch_bounds__(256) transpose_kernel(const T* __restrict__ x, int64_t ldx, T* __restrict__ xT,
                                                         int64_t m, int64_t k, int64_t m_pad) {
+  allow_dependent_launch();  // a main kernel launched during the transpose waits for all of it
   __shared__ uint16_t tile[64][66];
   const int tid = threadIdx.x;
   const int64_t k0 = static_cast<int64_t>(blockIdx.x) * 64;
@@ -595,13 +597,13 @@ cudaError_t launch_main(const KernelArgs& ka, cudaStream_t stream) {
 constexpr int kConfigTma = kTcPrefillWarpSpecialized;
 inline Geometry make_tma_geometry(const HalfSpmmParams& p, int split_k);
 template <typename T>
-cudaError_t launch_tma(const KernelArgs& ka, cudaStream_t stream);
+cudaError_t launch_tma(const KernelArgs& ka, bool during_transpose, cudaStream_t stream);
 
 template <typename T>
 cudaError_t run(const HalfSpmmParams& p, int config, cudaStream_t stream) {
   if (!pattern_supported(p.N, p.M, p.L)) return cudaErrorInvalidValue;
   if (p.m < 1 || p.n < 1 || p.k < 1 || p.n % p.L != 0 || p.k % p.M != 0) return cudaErrorInvalidValue;
-  if (config < 0 || config > 255) return cudaErrorInvalidValue;
+  if (config < 0 || config > 511) return cudaErrorInvalidValue;
   if (reinterpret_cast<uintptr_t>(p.values) % 16 != 0 || reinterpret_cast<uintptr_t>(p.y) % 16 != 0 ||
       reinterpret_cast<uintptr_t>(p.scratch) % 16 != 0)
     return cudaErrorMisalignedAddress;
@@ -643,7 +645,7 @@ cudaError_t run(const HalfSpmmParams& p, int config, cudaStream_t stream) {
   if (config & kConfigTma) {
     ka.g = make_tma_geometry(p, g.split);
     if (ka.g.split != g.split) return cudaErrorInvalidValue;  // the scratch holds g.split partials
-    e = launch_tma<T>(ka, stream);
+    e = launch_tma<T>(ka, (config & kTcPrefillDuringTranspose) != 0, stream);
   } else if (g.bm == 256) {
     if (wn64)
       e = l16 ? launch_main<T, 256, 2, 64>(ka, stream) : launch_main<T, 256, 1, 64>(ka, stream);

@@ -142,6 +142,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
     };
     const uint32_t tx_bytes = static_cast<uint32_t>(2 * 128 * g.bkd + 4 * 128 * g.s);
     if (nloc > 0) fetch(st_begin);
+    grid_dependency_wait();  // xT: launched during the transpose (kTcPrefillDuringTranspose)
     int slot = 0;
     uint32_t phase = 0;
 #pragma unroll 1
@@ -243,14 +244,21 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
 
 template <typename T, int KSTEPS>
 cudaError_t launch_tma_kernel(const KernelArgs& ka, const CUtensorMap& tm_x, const CUtensorMap& tm_v,
-                              cudaStream_t stream) {
+                              bool during_transpose, cudaStream_t stream) {
   auto kern = tc_prefill_tma_kernel<T, KSTEPS>;
   cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, ka.g.smem_bytes);
   if (e != cudaSuccess) return e;
   const dim3 grid(static_cast<unsigned>((ka.n + 255) / 256), static_cast<unsigned>((ka.m + kBN - 1) / kBN),
                   static_cast<unsigned>(ka.g.split));
-  kern<<<grid, kTmaThreads, ka.g.smem_bytes, stream>>>(ka, tm_x, tm_v);
-  return cudaGetLastError();
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(kTmaThreads, 1, 1);
+  cfg.dynamicSmemBytes = static_cast<size_t>(ka.g.smem_bytes);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1] = {dependent_launch_attribute()};
+  cfg.attrs = attr;
+  cfg.numAttrs = during_transpose ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, kern, ka, tm_x, tm_v);
 }
 
 // A row-major 16-bit matrix [rows, cols] (row stride ld elements) as a tensor map of
@@ -273,7 +281,7 @@ inline bool encode_b16_swizzled(CUtensorMap* map, const void* base, int64_t rows
 // not built for: L < 32, more than 64 slots per stage, fewer
 // than 2 pipeline stages, sizes past the tensor copies' 32-bit coordinates.
 template <typename T>
-cudaError_t launch_tma(const KernelArgs& ka, cudaStream_t stream) {
+cudaError_t launch_tma(const KernelArgs& ka, bool during_transpose, cudaStream_t stream) {
   const Geometry& g = ka.g;
   // Built for sm_90a only: on any other device the kernel body is empty.
   constexpr int kMaxDevices = 64;
@@ -297,10 +305,10 @@ cudaError_t launch_tma(const KernelArgs& ka, cudaStream_t stream) {
       !encode_b16_swizzled(&tm_v, ka.values, ka.w, ka.n, ka.n, g.s))
     return cudaErrorInvalidValue;
   switch (g.s_pad / 16) {
-    case 1: return launch_tma_kernel<T, 1>(ka, tm_x, tm_v, stream);
-    case 2: return launch_tma_kernel<T, 2>(ka, tm_x, tm_v, stream);
-    case 3: return launch_tma_kernel<T, 3>(ka, tm_x, tm_v, stream);
-    default: return launch_tma_kernel<T, 4>(ka, tm_x, tm_v, stream);
+    case 1: return launch_tma_kernel<T, 1>(ka, tm_x, tm_v, during_transpose, stream);
+    case 2: return launch_tma_kernel<T, 2>(ka, tm_x, tm_v, during_transpose, stream);
+    case 3: return launch_tma_kernel<T, 3>(ka, tm_x, tm_v, during_transpose, stream);
+    default: return launch_tma_kernel<T, 4>(ka, tm_x, tm_v, during_transpose, stream);
   }
 }
 
