@@ -8,10 +8,10 @@ Llama-3-8B 1024x4096, 14336x4096, 4096x14336, out x in), L = 32, M = 32:
   GB/s of each side, and the per-cell floor (speedup >= 0.7 r for dense weights of 64 MB or more,
   >= 0.5 r for 16-64 MB, >= 1.0 below);
 * m-sweep (bf16, graphs, N = 12 / 8 / 4 of 32, i.e. 62.5% sparsity or more): m = 1, 2, 4, 8, 12,
-  16, 24, 32, 48, 64, 96, 128, 256 with the default dispatch (the native decode kernels take
-  m <= 64) and, for m <= 64, measured in a child process with NMSPMM_HALF_DECODE_MAX_M=0, the path
-  the call takes without them (the native prefill plans): where the second is faster is the
-  crossover. Cells slower than cuBLAS are listed.
+  16, 24, 32, 48, 64, 96, 128, 256 with the default dispatch and, for m <= 64, measured in a child
+  process with NMSPMM_HALF_DECODE_MAX_M=0, the path the call takes without the decode kernels (the
+  native prefill plans); where the default is a decode kernel, both are shown, and the cells where
+  the prefill plans are faster are listed (the crossover). Cells slower than cuBLAS are listed.
 
 With --stream-ref each decode row also gets the time of a pure streaming read of the same
 compressed bytes (a minimal CUDA kernel, compiled at start with torch.utils.cpp_extension: 16-byte
@@ -25,6 +25,7 @@ Weights are cycled past L2: each timed sequence calls the op on as many weight c
     python benchmarks/bench_decode_half.py                 # both tables -> benchmarks/results/...
     python benchmarks/bench_decode_half.py --quick         # m = 1, 16; N = 16, 4; bf16
     python benchmarks/bench_decode_half.py --no-sweep
+    python benchmarks/bench_decode_half.py --render DIR    # rewrite DIR/decode_half.md from its CSVs
 """
 from __future__ import annotations
 
@@ -225,6 +226,55 @@ def sweep_rows(Ns, ms, M=32, L=32, dtype_name="bf16"):
     return rows
 
 
+def default_is_decode(row, cc=90, num_sms=132):
+    """Whether the heuristic sends a sweep cell to the decode kernels (the device's cc and SMs)."""
+    N, M = (int(v) for v in row["pattern"].split(":"))
+    kernel, _ = torch.ops.nmspmm.spmm_heuristic(int(row["m"]), int(row["out"]), int(row["inp"]), N, M, 32,
+                                                DTYPES[row["dtype"]], cc, num_sms, 16)
+    return kernel.startswith("decode_tc")
+
+
+def render(rows, sweep, title, sweep_m, sweep_Ns, cc=90, num_sms=132):
+    """decode_half.md from the decode rows and the m-sweep rows (as written to the CSVs)."""
+    f = lambda r, key: float(r[key])
+    lines = [f"# fp16 / bf16 decode ({title})", "",
+             "| dtype | layer (out x in) | N:M | m | graph us | cuBLAS us | speedup | r | speedup / r | floor | "
+             "GB/s | cuBLAS GB/s | eager us | cuBLAS eager us | stream us | bound |", "|" + "---|" * 16]
+    for r in rows:
+        met = str(r["floor_met"]) == "True"
+        lines.append(f"| {r['dtype']} | {r['model']} {r['out']}x{r['inp']} | {r['pattern']} | {r['m']} | "
+                     f"{f(r, 'us_graph'):.2f} | {f(r, 'us_dense_graph'):.2f} | {f(r, 'speedup_graph'):.2f} | "
+                     f"{f(r, 'r'):.2f} | {f(r, 'speedup_over_r'):.2f} | {f(r, 'floor'):.2f} {'ok' if met else 'MISSED'} | "
+                     f"{f(r, 'gbps'):.0f} | {f(r, 'gbps_dense'):.0f} | {f(r, 'us_eager'):.2f} | "
+                     f"{f(r, 'us_dense_eager'):.2f} | {f(r, 'us_stream'):.2f} | {f(r, 'bound_speedup'):.2f} |")
+    met = sum(str(r["floor_met"]) == "True" for r in rows)
+    lines += ["", f"floors met: {met} / {len(rows)}"]
+    if not sweep:
+        return "\n".join(lines)
+    lines += ["", "## m-sweep (bf16, graphs): speedup over cuBLAS with the default plans; where they are the "
+              "decode kernels, / the speedup without them (the prefill plans)", "",
+              "| layer | N:M | " + " | ".join(f"m={m}" for m in sweep_m) + " |", "|" + "---|" * (len(sweep_m) + 2)]
+    decode = {id(r): default_is_decode(r, cc, num_sms) for r in sweep}
+    for model, n, k in SHAPES:
+        for N in sweep_Ns:
+            cells = []
+            for m in sweep_m:
+                r = next(x for x in sweep if int(x["out"]) == n and int(x["inp"]) == k and x["pattern"] == f"{N}:32"
+                         and int(x["m"]) == m)
+                cells.append(f"{f(r, 'speedup'):.2f} / {f(r, 'us_dense') / f(r, 'us_without_decode'):.2f}"
+                             if decode[id(r)] else f"{f(r, 'speedup'):.2f}")
+            lines.append(f"| {model} {n}x{k} | {N}:32 | " + " | ".join(cells) + " |")
+    slower = [r for r in sweep if decode[id(r)] and f(r, "us") > f(r, "us_without_decode")]
+    lines += ["", "decode kernels slower than the prefill plans (their time / the prefill plans' time) at: " +
+              (", ".join(f"{r['out']}x{r['inp']} {r['pattern']} m={r['m']} "
+                         f"({f(r, 'us') / f(r, 'us_without_decode'):.2f})" for r in slower) or "none")]
+    below = [r for r in sweep if f(r, "speedup") < 1.0]
+    lines += ["", f"slower than cuBLAS ({len(below)} of {len(sweep)} cells): " +
+              (", ".join(f"{r['out']}x{r['inp']} {r['pattern']} m={r['m']} ({f(r, 'speedup'):.2f}x)" for r in below)
+               or "none")]
+    return "\n".join(lines)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=None, help="output directory (default: benchmarks/results/<gpu>/...)")
@@ -232,16 +282,31 @@ def main(argv=None):
     ap.add_argument("--no-sweep", action="store_true", help="skip the m-sweep")
     ap.add_argument("--stream-ref", action="store_true",
                     help="also time a pure streaming read of each row's compressed bytes (compiles a kernel)")
+    ap.add_argument("--render", default=None, metavar="DIR",
+                    help="rewrite DIR/decode_half.md from DIR's CSVs (no GPU; H100's 132 SMs, compute capability 9.0)")
     ap.add_argument("--sweep-json", default=None, help=argparse.SUPPRESS)  # child: write the sweep here
     args = ap.parse_args(argv)
-    if not torch.cuda.is_available():
-        sys.exit("bench_decode_half: needs a CUDA GPU")
     import nmspmm  # noqa: F401  (loads the ops)
 
     Ns = [16, 4] if args.quick else [16, 12, 8, 4]
     sweep_Ns = [12, 4] if args.quick else [12, 8, 4]
     ms = [1, 16] if args.quick else [1, 8, 16]
     sweep_m = [1, 16, 32, 64, 128] if args.quick else SWEEP_M
+    if args.render:
+        import csv
+        rows = list(csv.DictReader(open(os.path.join(args.render, "decode_half.csv"))))
+        sweep_path = os.path.join(args.render, "msweep.csv")
+        sweep = list(csv.DictReader(open(sweep_path))) if os.path.exists(sweep_path) else []
+        sweep_m = sorted({int(r["m"]) for r in sweep})
+        sweep_Ns = sorted({int(r["pattern"].split(":")[0]) for r in sweep}, reverse=True)
+        with open(os.path.join(args.render, "env.json")) as f:
+            env = json.load(f)
+        title = f"{env.get('gpu_name', 'GPU')}, torch {env.get('torch', '')}"
+        with open(os.path.join(args.render, "decode_half.md"), "w") as f:
+            f.write(render(rows, sweep, title, sweep_m, sweep_Ns) + "\n")
+        return
+    if not torch.cuda.is_available():
+        sys.exit("bench_decode_half: needs a CUDA GPU")
     if args.sweep_json:  # child process of the m-sweep (environment set by the parent)
         with open(args.sweep_json, "w") as f:
             json.dump(sweep_rows(sweep_Ns, [m for m in sweep_m if m <= DECODE_MAX_M]), f)
@@ -253,18 +318,7 @@ def main(argv=None):
     t0 = time.time()
     rows = decode_rows(["bf16"] if args.quick else ["bf16", "fp16"], Ns, ms, stream_ref=args.stream_ref)
     common.write_csv(os.path.join(out_dir, "decode_half.csv"), rows)
-    lines = [f"# fp16 / bf16 decode ({torch.cuda.get_device_name()}, torch {torch.__version__})", "",
-             "| dtype | layer (out x in) | N:M | m | graph us | cuBLAS us | speedup | r | speedup / r | floor | "
-             "GB/s | cuBLAS GB/s | eager us | cuBLAS eager us | stream us | bound |", "|" + "---|" * 16]
-    for r in rows:
-        lines.append(f"| {r['dtype']} | {r['model']} {r['out']}x{r['inp']} | {r['pattern']} | {r['m']} | "
-                     f"{r['us_graph']:.2f} | {r['us_dense_graph']:.2f} | {r['speedup_graph']:.2f} | {r['r']:.2f} | "
-                     f"{r['speedup_over_r']:.2f} | {r['floor']:.2f} {'ok' if r['floor_met'] else 'MISSED'} | "
-                     f"{r['gbps']:.0f} | {r['gbps_dense']:.0f} | {r['us_eager']:.2f} | {r['us_dense_eager']:.2f} | "
-                     f"{r['us_stream']:.2f} | {r['bound_speedup']:.2f} |")
-    met = sum(r["floor_met"] for r in rows)
-    lines += ["", f"floors met: {met} / {len(rows)}"]
-
+    sweep = []
     if not args.no_sweep:
         sweep = sweep_rows(sweep_Ns, sweep_m)
         child_json = os.path.join(out_dir, "msweep_without_decode.json")
@@ -275,29 +329,12 @@ def main(argv=None):
             other = {(r["out"], r["inp"], r["pattern"], r["m"]): r for r in json.load(f)}
         for r in sweep:
             o = other.get((r["out"], r["inp"], r["pattern"], r["m"]))
-            r["us_without_decode"] = o["us"] if o else float("nan")
-            r["decode_faster"] = o is None or r["us"] <= o["us"]
+            r["us_without_decode"] = o["us"] if o else r["us"]
         common.write_csv(os.path.join(out_dir, "msweep.csv"), sweep)
-        lines += ["", "## m-sweep (bf16, graphs): speedup over cuBLAS with the default plans / without the decode "
-                  "kernels (m <= 64)", "", "| layer | N:M | " + " | ".join(f"m={m}" for m in sweep_m) + " |",
-                  "|" + "---|" * (len(sweep_m) + 2)]
-        for model, n, k in SHAPES:
-            for N in sweep_Ns:
-                cells = []
-                for m in sweep_m:
-                    r = next(x for x in sweep if x["out"] == n and x["inp"] == k and x["pattern"] == f"{N}:32"
-                             and x["m"] == m)
-                    cells.append(f"{r['speedup']:.2f} / {r['us_dense'] / r['us_without_decode']:.2f}"
-                                 if r["m"] <= DECODE_MAX_M else f"{r['speedup']:.2f}")
-                lines.append(f"| {model} {n}x{k} | {N}:32 | " + " | ".join(cells) + " |")
-        slower = [r for r in sweep if not r["decode_faster"]]
-        lines += ["", "decode slower than the path without it at: " +
-                  (", ".join(f"{r['out']}x{r['inp']} {r['pattern']} m={r['m']}" for r in slower) or "none")]
-        below = [r for r in sweep if r["speedup"] < 1.0]
-        lines += ["", f"slower than cuBLAS ({len(below)} of {len(sweep)} cells): " +
-                  (", ".join(f"{r['out']}x{r['inp']} {r['pattern']} m={r['m']} ({r['speedup']:.2f}x)" for r in below)
-                   or "none")]
-    text = "\n".join(lines)
+    props = torch.cuda.get_device_properties(0)
+    cc = props.major * 10 + props.minor
+    text = render(rows, sweep, f"{torch.cuda.get_device_name()}, torch {torch.__version__}", sweep_m, sweep_Ns,
+                  cc, props.multi_processor_count)
     with open(os.path.join(out_dir, "decode_half.md"), "w") as f:
         f.write(text + "\n")
     common.write_json(os.path.join(out_dir, "env.json"), env)

@@ -439,7 +439,7 @@ def main(argv=None) -> int:
         return 3
     print_table(rows)
     log(f"\nspeedups are over the dense model of the same dtype; {args.layers} decoder layers + embeddings + "
-        f"lm_head (not sparsified). nmspmm runs fp32 inside, also for bf16 models.")
+        f"lm_head (not sparsified). A bf16 model runs the native fp16/bf16 plans (docs/kernels.md).")
     log(f"wrote {out}/e2e_llama.csv and e2e_llama.json in {env['wall_seconds']} s")
     return 0
 
