@@ -2,12 +2,10 @@
 // blocks of a thread-block cluster (sm_90; spmm_decode_cluster.cu, spmm_decode_staged.cu).
 //
 // Each of the block's KW k-warps has written its partial tile (E float4) to red[w * E, (w + 1) * E)
-// of shared memory, of which the first U <= E elements are needed (the rows of the tokens that
-// exist). reduce_over_block_and_cluster adds them in warp order into red[0, U), then rank r of the
-// cluster (cs blocks) adds slice r of every block's red[0, U) in rank order through distributed
-// shared memory and hands each sum to store(e, sum), e = the element of the tile. The order of
-// every addition is fixed: bitwise deterministic, no atomics, no workspace. The remote reads are
-// issued four at a time before they are added: each is a round trip to another SM.
+// of shared memory. reduce_over_block_and_cluster adds them in warp order into red[0, E), then
+// rank r of the cluster (cs blocks) adds slice r of every block's red[0, E) in rank order through
+// distributed shared memory and hands each sum to store(e, sum), e = the element of the tile. The
+// order of every addition is fixed: bitwise deterministic, no atomics, no workspace.
 //
 // Two cluster barriers: before the reads of the other blocks' shared memory, and before exit (no
 // block may leave while another still reads its shared memory). Replacing them with a push of the
@@ -29,11 +27,11 @@ namespace nmspmm {
 namespace kernels {
 
 template <int KW, class Store>
-__device__ __forceinline__ void reduce_over_block_and_cluster(float4* red, int elems, int used, int tid, int nthreads,
+__device__ __forceinline__ void reduce_over_block_and_cluster(float4* red, int elems, int tid, int nthreads,
                                                               Store&& store) {
   namespace cg = cooperative_groups;
   __syncthreads();
-  for (int e = tid; e < used; e += nthreads) {
+  for (int e = tid; e < elems; e += nthreads) {
     float4 t = red[e];
 #pragma unroll
     for (int w = 1; w < KW; ++w) {
@@ -45,22 +43,12 @@ __device__ __forceinline__ void reduce_over_block_and_cluster(float4* red, int e
   cg::cluster_group cluster = cg::this_cluster();
   cluster.sync();
   const int cs = static_cast<int>(cluster.num_blocks());
-  const int slice = (used + cs - 1) / cs;  // the last rank's slice may be short
+  const int slice = (elems + cs - 1) / cs;  // the last rank's slice may be short
   const int rank = static_cast<int>(cluster.block_rank());
-  for (int t = tid; t < slice && rank * slice + t < used; t += nthreads) {
+  for (int t = tid; t < slice && rank * slice + t < elems; t += nthreads) {
     const int e = rank * slice + t;
     float4 sum = *cluster.map_shared_rank(red + e, 0);
-    int j = 1;
-    for (; j + 4 <= cs; j += 4) {
-      float4 o[4];
-#pragma unroll
-      for (int u = 0; u < 4; ++u) o[u] = *cluster.map_shared_rank(red + e, j + u);
-#pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        sum.x += o[u].x; sum.y += o[u].y; sum.z += o[u].z; sum.w += o[u].w;
-      }
-    }
-    for (; j < cs; ++j) {
+    for (int j = 1; j < cs; ++j) {
       const float4 o = *cluster.map_shared_rank(red + e, j);
       sum.x += o.x; sum.y += o.y; sum.z += o.z; sum.w += o.w;
     }

@@ -130,7 +130,7 @@ __global__ void __launch_bounds__(W * 32, 16 / W) spmm_decode_cluster_kernel(con
 #pragma unroll
   for (int i = 0; i < MR; ++i)
     red[(warp * MR + i) * 32 + lane] = make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
-  reduce_over_block_and_cluster<W>(red, MR * 32, MR * 32, tid, W * 32, [&](int e, float4 sum) {
+  reduce_over_block_and_cluster<W>(red, MR * 32, tid, W * 32, [&](int e, float4 sum) {
     store_output4(p, e / 32, static_cast<int64_t>(blockIdx.x) * kClusterCols + (e % 32) * 4, sum);
   });
 #endif

@@ -253,7 +253,7 @@ __global__ void __launch_bounds__(kStagedWarps * 32, 2) spmm_decode_staged_kerne
 #pragma unroll
   for (int i = 0; i < MR; ++i)
     red[kw * kTile + i * CW * 32 + cw * 32 + lane] = make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
-  reduce_over_block_and_cluster<KW>(red, kTile, kTile, tid, kThreads, [&](int e, float4 sum) {
+  reduce_over_block_and_cluster<KW>(red, kTile, tid, kThreads, [&](int e, float4 sum) {
     store_output4(p, e / (CW * 32), static_cast<int64_t>(blockIdx.x) * BN + (e % (CW * 32)) * 4, sum);
   });
 #endif

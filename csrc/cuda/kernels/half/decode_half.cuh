@@ -101,8 +101,7 @@ struct Args {
   uint64_t magic;     // ceil(2^32 / N): u / N == (u * magic) >> 32 for every row u < 2^26
   int m, N, M, L;
   int x_rows;         // rows of the xT buffer (a multiple of M), plus one zero row after them
-  int x_vec;          // x is read 8 columns (16 bytes) at a time: x 16-byte aligned, ldx and M
-                      // multiples of 8
+  int x_pairs;        // x is read in 4-byte pairs (x 4-byte aligned, ldx even)
 };
 
 // Byte offset of 16-byte chunk c of row r of a ring slot (C chunks per row): XOR-swizzled so that
@@ -112,13 +111,6 @@ __device__ __forceinline__ int slot_offset(int r, int c) {
   constexpr int rows_per_line = 8 / C;  // rows per 128 bytes
   return r * C * 16 + ((c ^ ((r / rows_per_line) & (C - 1))) << 4);
 }
-
-// Row r of xT lives in slot xt_slot(r) of the buffer: a rotation within each group of 8 rows, so
-// that the 8 rows one staging thread writes at once (rows 8 i + j of threads i = 0 .. 7) fall in 8
-// distinct bank groups. A bijection on every group of 8: the buffer holds round_up(x_rows + 1, 8)
-// slots.
-__host__ __device__ constexpr int xt_slot(int r) { return (r & ~7) | ((r + (r >> 3)) & 7); }
-__host__ __device__ constexpr int xt_slots(int x_rows) { return (x_rows + 8) & ~7; }
 
 // Shared memory of one launch: the weight rings and the xT buffer (x_rows + 1 rows), or the
 // partial tiles of the epilogue (aliasing them), whichever is larger.
@@ -132,7 +124,7 @@ __host__ __device__ constexpr int red_bytes() {
 }
 template <int NT, int W, int CW>
 inline size_t smem_bytes(int x_rows) {
-  const size_t main = ring_bytes<NT, W, CW>() + static_cast<size_t>(xt_slots(x_rows)) * NT * 16;
+  const size_t main = ring_bytes<NT, W, CW>() + static_cast<size_t>(x_rows + 1) * NT * 16;
   const size_t red = red_bytes<NT, W, CW>();
   return main > red ? main : red;
 }
@@ -167,7 +159,7 @@ __global__ void __launch_bounds__(W * 32, NT <= 2 ? 16 / W : 1) decode_half_kern
 
   // The zero row after the buffer (gathered by rows past the range).
   for (int i = tid; i < kRowBytes / 16; i += kThreads)
-    reinterpret_cast<uint4*>(xbuf + static_cast<size_t>(xt_slot(x_rows)) * kRowBytes)[i] = make_uint4(0, 0, 0, 0);
+    reinterpret_cast<uint4*>(xbuf + static_cast<size_t>(x_rows) * kRowBytes)[i] = make_uint4(0, 0, 0, 0);
 
   // This block's compressed rows: whole windows [g0, g1) of the k-split blockIdx.y.
   const int64_t g0 = a.windows * blockIdx.y / gridDim.y;
@@ -246,43 +238,50 @@ __global__ void __launch_bounds__(W * 32, NT <= 2 ? 16 / W : 1) decode_half_kern
     const int64_t ulast = u0 + sb * kStep - 1 < u_end - 1 ? u0 + sb * kStep - 1 : u_end - 1;
     const int64_t pw1 = ulast / N + 1;
     {
-      // An item is 8 rows (k) x 8 tokens: up to 8 loads of 8 consecutive k of one token (16 bytes
-      // where x allows), transposed in registers into 8 16-byte row chunks (xt_slot spreads the 8
-      // chunks of the threads of a warp over the banks). Tokens m .. 8 NT - 1 and rows past the
-      // range are zero. One item per thread at a time: the few items a block stages do not pay for
-      // the registers of more loads in flight.
-      const int rows = static_cast<int>((pw1 - pw0) * M);
-      const int64_t kb = pw0 * M;  // first x column
-      const int items = (rows + 7) / 8 * NT;
-      for (int it = tid; it < items; it += kThreads) {
-        const int h = it % NT, r0 = it / NT * 8;
-        uint4 v[8];
+      const int rows = static_cast<int>((pw1 - pw0) * M);  // even: M >= 2
+      const int64_t kb = pw0 * M;                           // first x column
+      constexpr int CX = NT;                                // 16-byte chunks (8 tokens) per xT row
+      const int items = rows / 2 * CX;
+      // kXBatch items per thread at a time, every load issued before any store (one L2 round trip
+      // per batch, not per item).
+      constexpr int kXBatch = NT <= 2 ? 4 : 2;
+      for (int base = tid; base < items; base += kXBatch * kThreads) {
+        uint32_t v[kXBatch][8];
 #pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          const int tok = 8 * h + e;
-          v[e] = make_uint4(0, 0, 0, 0);
-          if (tok < m) {
-            const uint16_t* src = a.x + tok * a.ldx + kb + r0;
-            if (a.x_vec) {
-              v[e] = *reinterpret_cast<const uint4*>(src);
-            } else {
-              uint32_t w[8];
+        for (int b = 0; b < kXBatch; ++b) {
+          const int it = base + b * kThreads;
+          const int c = it % CX, j = it / CX;
 #pragma unroll
-              for (int i = 0; i < 8; ++i) w[i] = r0 + i < rows ? src[i] : 0;
-              v[e] = make_uint4(w[0] | (w[1] << 16), w[2] | (w[3] << 16), w[4] | (w[5] << 16), w[6] | (w[7] << 16));
+          for (int e = 0; e < 8; ++e) {
+            const int tok = 8 * c + e;
+            v[b][e] = 0;
+            if (it < items && tok < m) {
+              const uint16_t* src = a.x + tok * a.ldx + kb + 2 * j;
+              if (a.x_pairs) {
+                v[b][e] = *reinterpret_cast<const uint32_t*>(src);
+              } else {
+                v[b][e] = static_cast<uint32_t>(src[0]) | (static_cast<uint32_t>(src[1]) << 16);
+              }
             }
           }
         }
-        auto word = [](const uint4& q, int i) { return i == 0 ? q.x : i == 1 ? q.y : i == 2 ? q.z : q.w; };
 #pragma unroll
-        for (int r = 0; r < 8; ++r) {
-          const unsigned sel = r & 1 ? 0x7632 : 0x5410;  // the high or low halves of word r / 2
-          uint4 o;
-          o.x = __byte_perm(word(v[0], r / 2), word(v[1], r / 2), sel);
-          o.y = __byte_perm(word(v[2], r / 2), word(v[3], r / 2), sel);
-          o.z = __byte_perm(word(v[4], r / 2), word(v[5], r / 2), sel);
-          o.w = __byte_perm(word(v[6], r / 2), word(v[7], r / 2), sel);
-          if (r0 + r < rows) *reinterpret_cast<uint4*>(xbuf + static_cast<size_t>(xt_slot(r0 + r)) * kRowBytes + h * 16) = o;
+        for (int b = 0; b < kXBatch; ++b) {
+          const int it = base + b * kThreads;
+          if (it < items) {
+            const int c = it % CX, j = it / CX;
+            uint4 lo, hi;  // rows 2j and 2j + 1, tokens 8c .. 8c + 7
+            lo.x = __byte_perm(v[b][0], v[b][1], 0x5410);
+            lo.y = __byte_perm(v[b][2], v[b][3], 0x5410);
+            lo.z = __byte_perm(v[b][4], v[b][5], 0x5410);
+            lo.w = __byte_perm(v[b][6], v[b][7], 0x5410);
+            hi.x = __byte_perm(v[b][0], v[b][1], 0x7632);
+            hi.y = __byte_perm(v[b][2], v[b][3], 0x7632);
+            hi.z = __byte_perm(v[b][4], v[b][5], 0x7632);
+            hi.w = __byte_perm(v[b][6], v[b][7], 0x7632);
+            *reinterpret_cast<uint4*>(xbuf + static_cast<size_t>(2 * j) * kRowBytes + c * 16) = lo;
+            *reinterpret_cast<uint4*>(xbuf + static_cast<size_t>(2 * j + 1) * kRowBytes + c * 16) = hi;
+          }
         }
       }
     }
@@ -311,7 +310,7 @@ __global__ void __launch_bounds__(W * 32, NT <= 2 ? 16 / W : 1) decode_half_kern
             ldsm_x4_trans(af, ring_s + j * kSlotBytes + slot_offset<C>(a_row, 2 * ct + a_chunk));
             if (ct == 0 || (16 * ct) % L == 0) {
               const int xr = ok ? wrow + (idx[j][ct] & (M - 1)) : x_rows;
-              const unsigned baddr = xbuf_s + static_cast<unsigned>(xt_slot(xr)) * kRowBytes + (lane >> 4) * 16;
+              const unsigned baddr = xbuf_s + static_cast<unsigned>(xr) * kRowBytes + (lane >> 4) * 16;
               if (NT == 1) {
                 ldsm_x2_trans(b[0][0], b[0][1], baddr);
               } else {
@@ -356,8 +355,7 @@ __global__ void __launch_bounds__(W * 32, NT <= 2 ? 16 / W : 1) decode_half_kern
       base[BNp + 8] = acc[ct][nt][3];
     }
   constexpr int kTile4 = NT * 8 * BNp / 4;  // float4 elements of one partial tile
-  const int used4 = m * BNp / 4;            // those of the tokens that exist
-  reduce_over_block_and_cluster<KW>(reinterpret_cast<float4*>(smem), kTile4, used4, tid, kThreads, [&](int e, float4 s) {
+  reduce_over_block_and_cluster<KW>(reinterpret_cast<float4*>(smem), kTile4, tid, kThreads, [&](int e, float4 s) {
     const int tok = (4 * e) / BNp, c = (4 * e) % BNp;
     const int64_t col = static_cast<int64_t>(blockIdx.x) * BN + c;
     if (c < BN && tok < m && col < n) {
@@ -408,7 +406,7 @@ cudaError_t launch_one(const Args& a, int split_k, bool dependent, cudaStream_t 
 template <int NT, int W, int CW>
 inline int plan_x_rows(int64_t windows, int split_k, int N, int M) {
   const int64_t per_block = (windows + split_k - 1) / split_k * M;
-  const int64_t cap = (kMaxSmem - ring_bytes<NT, W, CW>()) / (NT * 16) / 8 * 8 - 1;  // xt_slots(cap) fits
+  const int64_t cap = (kMaxSmem - ring_bytes<NT, W, CW>()) / (NT * 16) - 1;
   const int64_t min_rows = ((kStep + N - 1) / N + 1) * static_cast<int64_t>(M);
   int64_t rows = per_block < cap / M * M ? per_block : cap / M * M;
   if (rows < min_rows) rows = min_rows;
@@ -453,7 +451,7 @@ cudaError_t launch(const HalfSpmmParams& p, int config, cudaStream_t stream) {
   a.M = p.M;
   a.L = p.L;
   a.x_rows = 0;
-  a.x_vec = reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && p.ldx % 8 == 0 && p.M % 8 == 0;
+  a.x_pairs = reinterpret_cast<uintptr_t>(p.x) % 4 == 0 && p.ldx % 2 == 0;
   const int split = static_cast<int>(p.split_k < a.windows ? p.split_k : (a.windows > 0 ? a.windows : 1));
   if (p.m <= 8) return launch_cols<T, 1, kWarps>(a, split, config, stream);
   if (p.m <= 16) return launch_cols<T, 2, kWarps>(a, split, config, stream);

@@ -51,7 +51,7 @@ inline int64_t half_decode_blocks_per_sm(int64_t m, int64_t windows, int64_t spl
   const int64_t nt = m <= 8 ? 1 : m <= 16 ? 2 : m <= 32 ? 4 : 8;
   const int64_t by_regs = nt <= 2 ? 16 / warps : 8 / warps;
   const int64_t ring = warps * 4 * 2048;
-  const int64_t x = ((windows + split - 1) / split * M + 8) / 8 * 8 * nt * 16;  // xT slots, rounded to 8
+  const int64_t x = ((windows + split - 1) / split * M + 1) * nt * 16;
   const int64_t red = warps / cw * nt * 8 * (64 * cw + 4) * 4;
   const int64_t smem = (ring + x > red ? ring + x : red) + 1024;
   const int64_t by_smem = 228 * 1024 / smem;
