@@ -28,10 +28,10 @@ inline bool half_decode_supports(int64_t m, int64_t n, int64_t k, int64_t N, int
 }
 
 // Whether the heuristic plans the decode kernels for an m they support. The m-sweep of
-// benchmarks/bench_decode_half.py on H100 measures them faster than the prefill plans up to m = 32
-// on the six Llama layers (within 7% at 11008 x 4096, 12:32, m = 32), and up to m = 64 on weights
-// of fewer than 2^25 elements (4096 x 4096, 1024 x 4096); on the larger ones the prefill plans win
-// at m = 48 and 64 (by 1.1-1.8x).
+// benchmarks/bench_decode_half.py (H100, bf16, 12:32 to 4:32) measures them about as fast as the
+// prefill plans or faster up to m = 32 on the six Llama layers, and up to m = 64 on weights of fewer
+// than 2^25 elements (4096 x 4096, 1024 x 4096); on the larger ones the prefill plans win at m = 48
+// and 64 by 1.1-1.8x.
 inline bool half_decode_preferred(int64_t m, int64_t n, int64_t k) { return m <= 32 || n * k < (int64_t{1} << 25); }
 
 struct HalfDecodePlan {
