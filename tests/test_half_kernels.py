@@ -161,6 +161,15 @@ torch.save(outs, sys.argv[2])
 """
 
 
+def _plans_in_child(path, x, values, indices, pattern, bias, plans, **env):
+    """The outputs of `plans` (kernel, split_k) run in a fresh process with the A/B switches `env`."""
+    src, dst = path / "in.pt", path / "out.pt"
+    torch.save(dict(x=x, values=values, indices=indices, pattern=pattern, bias=bias, plans=plans), src)
+    subprocess.run([sys.executable, "-c", _CP_ASYNC_CHILD, str(src), str(dst)], env=dict(os.environ, **env),
+                   check=True, timeout=300)
+    return torch.load(dst)
+
+
 @pytest.mark.parametrize("dtype", HALF, ids=str)
 @pytest.mark.parametrize("pattern", [(16, 32, 32), (12, 32, 32), (4, 32, 32), (8, 32, 64), (3, 8, 128),
                                      (7, 16, 32), (40, 64, 32)], ids=_pid)
@@ -183,11 +192,8 @@ def test_warp_specialized_form_bitwise_equals_cp_async_form(pattern, dtype, nm, 
     err_lin = (F.linear(x, dense, bias).double() - ref).abs().max().item()
     for y in here:
         assert (y.double() - ref).abs().max().item() <= 2 * err_lin + 2.0 ** -12 * scale
-    src, dst = tmp_path / "in.pt", tmp_path / "out.pt"
-    torch.save(dict(x=x, values=values, indices=indices, pattern=(N, M, L), bias=bias, plans=plans), src)
-    subprocess.run([sys.executable, "-c", _CP_ASYNC_CHILD, str(src), str(dst)],
-                   env=dict(os.environ, NMSPMM_NO_TC_TMA="1"), check=True, timeout=300)
-    for (k, s), a, b in zip(plans, here, torch.load(dst)):
+    there = _plans_in_child(tmp_path, x, values, indices, (N, M, L), bias, plans, NMSPMM_NO_TC_TMA="1")
+    for (k, s), a, b in zip(plans, here, there):
         assert torch.equal(a, b.to(a.device)), f"{N}:{M} L={L} split_k={s}: warp-specialized and cp.async forms differ"
 
 
@@ -207,11 +213,8 @@ def test_launch_during_transpose_bitwise_equals_plain_stream_order(dtype, nm, tm
         x = torch.randn(m, 1024, device="cuda").to(dtype)
         x.mul_(2)  # x comes from a kernel launched just before the op
         here = [ops.spmm_with_plan(x, values, indices, N, M, L, None, None, None, k, s) for k, s in plans]
-        src, dst = tmp_path / f"in{m}.pt", tmp_path / f"out{m}.pt"
-        torch.save(dict(x=x, values=values, indices=indices, pattern=(N, M, L), bias=None, plans=plans), src)
-        subprocess.run([sys.executable, "-c", _CP_ASYNC_CHILD, str(src), str(dst)],
-                       env=dict(os.environ, NMSPMM_NO_XT_OVERLAP="1"), check=True, timeout=300)
-        for (k, s), a, b in zip(plans, here, torch.load(dst)):
+        there = _plans_in_child(tmp_path, x, values, indices, (N, M, L), None, plans, NMSPMM_NO_XT_OVERLAP="1")
+        for (k, s), a, b in zip(plans, here, there):
             assert torch.equal(a, b.to(a.device)), f"m={m} split_k={s}: launch during the transpose changes bits"
 
 
