@@ -59,32 +59,36 @@ inline int64_t half_decode_blocks_per_sm(int64_t m, int64_t windows, int64_t spl
   return b < 1 ? 1 : b;
 }
 
-// The plan, fitted to sweeps on H100 (six Llama layer shapes x N = 4, 8, 12, 16 of 32 x m = 1, 16,
-// 32, CUDA graphs, weights cycled past L2; docs/kernels.md):
-//  * m <= 8 on layers of at most num_sms / 8 wide tiles (n <= 4224 on H100), and m <= 16 on layers
-//    of at most num_sms / 4 narrow tiles (n <= 2112): narrow blocks (64 columns, the k-range of a
-//    block split over its 8 warps) with S = num_sms / tiles clusters, clamped to 2..6;
-//  * otherwise wide blocks (256 columns) with the largest S in {1, 2, 3, 4, 6, 8, 12, 16} whose grid
-//    stays within 0.85 of the blocks the SMs hold at once (half_decode_blocks_per_sm: one wave,
-//    with room for the next call's blocks under programmatic dependent launch), with at least two
-//    steps of 16 compressed rows per warp, and S > 8 only where each block keeps at least 96 rows.
+// The plan, fitted to sweeps on H100 (six Llama layer shapes x N = 4, 8, 12, 16 of 32 x m = 1, 8,
+// 16, 32, CUDA graphs, weights cycled past L2; docs/kernels.md):
+//  * m <= 8 on layers of at most num_sms / 8 wide tiles (n <= 4224 on H100) whose narrow blocks
+//    keep at most 64 windows each (k <= 4096 at M = 32 with S = 2), and m <= 16 on layers of at most
+//    num_sms / 4 narrow tiles (n <= 2112): narrow blocks (64 columns, the k-range of a block split
+//    over its 8 warps) with S = num_sms / tiles clusters, clamped to 2..6. A narrow block stages x
+//    for its whole k-range: at 4096 x 11008 and 4096 x 14336 the wide blocks with S = 10 measure
+//    1.06-1.19x faster at m = 1 and 8;
+//  * otherwise wide blocks (256 columns) with the largest S in {1, 2, 3, 4, 6, 8, 10, 12, 16}
+//    whose grid stays within 0.85 of the blocks the SMs hold at once (half_decode_blocks_per_sm: one
+//    wave, with room for the next call's blocks under programmatic dependent launch), with at
+//    least two steps of 16 compressed rows per warp, and S > 8 only where each block keeps at least
+//    96 rows; at m <= 8 at most S = 10 (clusters of 12 measure 1.1-1.2x slower there).
 inline HalfDecodePlan half_decode_plan(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, int num_sms) {
   if (num_sms <= 0) num_sms = 132;
   const int64_t windows = M > 0 ? k / M : 0;
   const int64_t wide_tiles = (n + 255) / 256, narrow_tiles = (n + 63) / 64;
-  if ((m <= 8 && wide_tiles * 8 <= num_sms) || (m <= 16 && narrow_tiles * 4 <= num_sms)) {
-    int64_t s = num_sms / narrow_tiles;
-    s = s < 2 ? 2 : s > 6 ? 6 : s;
+  int64_t s = num_sms / narrow_tiles;
+  s = s < 2 ? 2 : s > 6 ? 6 : s;
+  if ((m <= 8 && wide_tiles * 8 <= num_sms && windows <= 64 * s) || (m <= 16 && narrow_tiles * 4 <= num_sms)) {
     if (s > windows) s = windows < 1 ? 1 : windows;
     return {kHalfDecodeNarrow, static_cast<int>(s)};
   }
   int64_t split = 1;
-  for (const int64_t s : {2, 3, 4, 6, 8, 12, 16}) {
-    if (s > windows) break;
-    const int64_t rows = (windows + s - 1) / s * N;
-    if (rows < 64 || (s > 8 && rows < 96)) continue;
-    const int64_t cap = half_decode_blocks_per_sm(m, windows, s, M, 0) * num_sms * 85 / 100;
-    if (wide_tiles * s <= cap) split = s;
+  for (const int64_t c : {2, 3, 4, 6, 8, 10, 12, 16}) {
+    if (c > windows || (m <= 8 && c > 10)) break;
+    const int64_t rows = (windows + c - 1) / c * N;
+    if (rows < 64 || (c > 8 && rows < 96)) continue;
+    const int64_t cap = half_decode_blocks_per_sm(m, windows, c, M, 0) * num_sms * 85 / 100;
+    if (wide_tiles * c <= cap) split = c;
   }
   return {0, static_cast<int>(split)};
 }
