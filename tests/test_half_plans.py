@@ -69,6 +69,25 @@ def test_heuristic_plans_native_kernels(dtype):
     assert INFO[plan(8, 4096, 4096, 8, 32, 8, dtype)[0]].dtype == "float32"
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_heuristic_measured_rules(dtype):
+    """The plan rules fitted to H100 timings (docs/kernels.md), on cells where they decide."""
+    narrow = [k for k in family("decode_tc", dtype) if k.endswith("_64")]
+    wide = [k for k in family("decode_tc", dtype) if k.endswith("_256")]
+    # m <= 8: a 4096-wide layer takes narrow blocks (clusters of 2) at k = 4096, where each keeps
+    # 64 windows, but wide blocks with clusters of 10 at k = 11008 and 14336.
+    for m, N in itertools.product((1, 8), (16, 4)):
+        assert plan(m, 4096, 4096, N, 32, 32, dtype) == (narrow[0], 2)
+        assert plan(m, 4096, 11008, N, 32, 32, dtype) == (wide[0], 10)
+        assert plan(m, 4096, 14336, N, 32, 32, dtype) == (wide[0], 10)
+    # Split-K of the gathered prefill kernel by estimated time, the fp32 partials included: none at
+    # 1024 x 5632 x 2048 (176 tiles; three splits of partials measured 2.5x slower), four where
+    # 32 tiles would leave most SMs idle (256 x 4096 x 11008).
+    tc = family("tc_prefill", dtype)
+    assert plan(1024, 5632, 2048, 4, 32, 32, dtype) == (tc[0], 1)
+    assert plan(256, 4096, 11008, 8, 32, 32, dtype) == (tc[0], 4)
+
+
 def _check(x, values, indices, N, M, L, bias, kernel, split, nm):
     y = ops.spmm_with_plan(x, values, indices, N, M, L, bias, None, None, kernel, split)
     ref, scale = nm.ref_spmm64(x, values, indices, N, M, L, bias)
