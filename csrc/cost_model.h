@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 
+#include "cuda/kernels/half/tc_prefill_stage.h"
 #include "registry.h"
 
 namespace nmspmm {
@@ -231,42 +232,23 @@ inline bool half_prefill_prefers_dense(int64_t m, int64_t n, int64_t k, int64_t 
   return 4.0 + dense_bytes / 1.0e6 + 5.0 + flops / 650e6 < sparse_us;
 }
 
-// The stage of the tensor-core prefill kernel (choose_ws in spmm_tc_prefill.cuh, without its
-// shared-memory check): ws whole windows of at most 128 input rows (256 where no such stage fills
-// its 16-slot steps), at most 64 slots; the best filled share of the steps, then the most slots.
-inline void half_prefill_stage(int64_t N, int64_t M, int64_t* windows, int64_t* ksteps) {
-  int64_t best = 1, best_s = 0;
-  double best_eff = -1.0;
-  for (int pass = 0; pass < 2 && best_eff < 1.0; ++pass) {
-    for (int64_t ws = 1; ws * M <= (pass == 0 ? 128 : 256); ++ws) {
-      const int64_t s = ws * N, s_pad = (s + 15) / 16 * 16;
-      if (s_pad > 64) break;
-      const double eff = static_cast<double>(s) / static_cast<double>(s_pad);
-      if (eff > best_eff + 1e-9 || (eff > best_eff - 1e-9 && s > best_s)) {
-        best = ws;
-        best_eff = eff;
-        best_s = s;
-      }
-    }
-  }
-  *windows = best;
-  *ksteps = (best * N + 15) / 16;
-}
-
 // Split-K of the tensor-core prefill kernel (128 tokens x 256 outputs per block): none once the
 // grid covers two waves; else the split (at most 4, each with >= 4 stages) of the least estimated
-// time: waves x (stages x (0.435 + 0.31 x 16-slot steps per stage) + 1.65) us, and for split > 1
-// the fp32 partials' write and read (0.69 us per MB) plus 1.6 us. Fitted on H100 (bf16, every
-// split of the 216 cells of the 100 points under two waves: median error 3.7%); its picks are 2.1%
-// above the best split on geomean, where the wave-utilization rule it replaces was 12% above
-// (2.5x at 1024 x 5632 x 2048: three splits of fp32 partials cost more than the idle SMs).
-inline int half_prefill_split(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, int num_sms) {
+// time: waves x (stages x (0.435 + 0.31 x 16-slot steps per stage) + 1.65) us (the kernel's own
+// stages, tc_prefill_stage.h), and for split > 1 the fp32 partials' write and read (0.69 us per
+// MB) plus 1.6 us. Fitted on H100 (bf16, every split of the 216 cells of the 100 points under two
+// waves: median error 3.7%); its picks are 1.9% above the best split on geomean, where the
+// wave-utilization rule it replaces was 12% above (2.5x at 1024 x 5632 x 2048: three splits of
+// fp32 partials cost more than the idle SMs).
+inline int half_prefill_split(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, int64_t L, int num_sms) {
   const int64_t sms = num_sms > 0 ? num_sms : 132;
   const int64_t tiles = (n + 255) / 256 * ((m + 127) / 128);
   if (tiles >= 2 * sms) return 1;
-  int64_t ws = 1, ksteps = 1;
-  half_prefill_stage(N, M, &ws, &ksteps);
-  const int64_t stages = (k / M + ws - 1) / ws;
+  const int64_t G = M > 0 ? k / M : 0;
+  const int64_t ws = kernels::tc_prefill::choose_ws(256, static_cast<int>(N), static_cast<int>(M), static_cast<int>(L), G,
+                                                   kernels::tc_prefill::kMaxSlotsPerStage);
+  const int64_t ksteps = (ws * N + 15) / 16;
+  const int64_t stages = (G + ws - 1) / ws;
   const double stage_us = 0.435 + 0.31 * static_cast<double>(ksteps);
   int best = 1;
   double best_us = 0.0;

@@ -182,7 +182,7 @@ inline Plan choose_half_plan(const Problem& pb) {
   const bool tc_ok = kernel_supports(tc, pb.m, pb.N, pb.M, pb.L, false, pb.dtype, pb.cc, pb.sm90a);
   const bool warp_specialized = half_prefill_warp_specialized(pb.cc, pb.L);
   if (!tc_ok || half_prefill_prefers_dense(pb.m, pb.n, pb.k, pb.N, pb.M, warp_specialized)) return {dense, 1};
-  return {tc, half_prefill_split(pb.m, pb.n, pb.k, pb.N, pb.M, sms)};
+  return {tc, half_prefill_split(pb.m, pb.n, pb.k, pb.N, pb.M, pb.L, sms)};
 }
 
 inline Plan choose_plan(const Problem& pb) {

@@ -37,15 +37,13 @@
 
 #include "cuda/kernels/cp_async.cuh"
 #include "cuda/kernels/half/spmm_half.h"
+#include "cuda/kernels/half/tc_prefill_stage.h"
 #include "cuda/kernels/launch_overlap.cuh"
 
 namespace nmspmm {
 namespace kernels {
 namespace tc_prefill {
 
-constexpr int kBN = 128;                 // tokens per CTA
-constexpr int kSlabRowBytes = kBN * 2;   // one input feature of the slab
-constexpr int kMaxSlotsPerStage = 64;    // s_pad bound (table entries per thread stay <= 4)
 constexpr int kTabPerThread = 4;
 
 // Geometry of one launch, computed on the host.
@@ -496,8 +494,6 @@ __global__ void __launch_bounds__(BM * (kBN / WN), 1) tc_prefill_kernel(const Ke
 // ------------------------------------------------------------------------------------------------
 // Host side
 
-inline int64_t round_up(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
-
 // config bits: bit 0: BM = 128 (else 256); bits 1-2: slots-per-stage cap 64 / 32 / 16;
 // bits 3-5: pipeline-depth cap (0: 4); bit 6: warps of 32 x 64 (else 32 x 128; twice the warps);
 // bit 7: the warp-specialized form (kConfigTma).
@@ -507,42 +503,6 @@ inline int config_slot_cap(int config) { return 64 >> ((config >> 1) & 3); }
 inline int config_stage_cap(int config) {
   const int c = (config >> 3) & 7;
   return c == 0 ? 4 : (c < 2 ? 2 : (c > 6 ? 6 : c));
-}
-
-inline int smem_budget(int bm) { return bm == 256 ? 220 * 1024 : 110 * 1024; }
-
-inline int stage_layout(int bm, int L, int ws, int N, int M, int* slab_off, int* val_off, int* tab_off) {
-  const int bkd = ws * M, s_pad = (ws * N + 15) / 16 * 16;
-  *slab_off = 0;
-  *val_off = static_cast<int>(round_up((bkd + 1) * kSlabRowBytes, 256));
-  *tab_off = *val_off + s_pad * bm * 2;
-  return static_cast<int>(round_up(*tab_off + s_pad * (bm / L) * 2, 256));
-}
-
-// Windows per stage: maximize the share of real slots in the 16-slot mma steps, then the slots
-// per stage (fewer barriers), with at most 128 dense rows (256 if padding is otherwise unavoidable),
-// s_pad <= 64 and at least 3 pipeline stages in the shared-memory budget.
-inline int choose_ws(int bm, int N, int M, int L, int64_t G, int slot_cap) {
-  int best = 1, best_s = 0;
-  double best_eff = -1.0;
-  for (int pass = 0; pass < 2 && best_eff < 1.0; ++pass) {
-    const int max_rows = pass == 0 ? 128 : 256;
-    for (int ws = 1; ws * M <= max_rows; ++ws) {
-      const int s = ws * N;
-      const int s_pad = (s + 15) / 16 * 16;
-      if (s_pad > kMaxSlotsPerStage || (ws > 1 && s_pad > slot_cap)) break;
-      int so, vo, to;
-      if (ws > 1 && smem_budget(bm) / stage_layout(bm, L, ws, N, M, &so, &vo, &to) < 3) break;
-      const double eff = static_cast<double>(s) / s_pad;
-      if (eff > best_eff + 1e-9 || (eff > best_eff - 1e-9 && s > best_s)) {
-        best = ws;
-        best_eff = eff;
-        best_s = s;
-      }
-    }
-  }
-  if (G > 0 && best > G) best = static_cast<int>(G);
-  return best;
 }
 
 inline Geometry make_geometry(const HalfSpmmParams& p, int config) {
