@@ -164,6 +164,19 @@ inline Plan choose_cluster_decode(int64_t m, int64_t n, int64_t k, int64_t N, in
 // setmaxnreg: built for sm_90a only, so compute capability 9.0 exactly) or in their cp.async form.
 inline bool half_prefill_warp_specialized(int cc, int64_t L) { return cc == 90 && L >= 32 && ab_switches().tc_tma; }
 
+// The decode_tc kernel of a decode plan's config (kernels::kHalfDecodeNarrow, kHalfDecodeKept) in
+// a dtype, and the config of a decode_tc kernel.
+inline Kernel half_decode_kernel(int config, bool bf16) {
+  if (config & kernels::kHalfDecodeKept) return bf16 ? Kernel::kDecodeTcBF16Kept64 : Kernel::kDecodeTcF16Kept64;
+  if (config & kernels::kHalfDecodeNarrow) return bf16 ? Kernel::kDecodeTcBF16_64 : Kernel::kDecodeTcF16_64;
+  return bf16 ? Kernel::kDecodeTcBF16_256 : Kernel::kDecodeTcF16_256;
+}
+inline int half_decode_config(Kernel k) {
+  if (k == Kernel::kDecodeTcBF16Kept64 || k == Kernel::kDecodeTcF16Kept64)
+    return kernels::kHalfDecodeNarrow | kernels::kHalfDecodeKept;
+  return kernel_info(k).variant == 64 ? kernels::kHalfDecodeNarrow : 0;
+}
+
 inline Plan choose_half_plan(const Problem& pb) {
   const bool bf16 = pb.dtype == DType::kBF16;
   const int sms = pb.num_sms > 0 ? pb.num_sms : 132;
@@ -171,10 +184,7 @@ inline Plan choose_half_plan(const Problem& pb) {
   if (pb.cc >= 90 && pb.m <= ab_switches().half_decode_max_m && kernels::half_decode_preferred(pb.m, pb.n, pb.k) &&
       kernels::half_decode_supports(pb.m, pb.n, pb.k, pb.N, pb.M, pb.L)) {
     const kernels::HalfDecodePlan d = kernels::half_decode_plan(pb.m, pb.n, pb.k, pb.N, pb.M, sms);
-    const bool narrow = (d.config & kernels::kHalfDecodeNarrow) != 0;
-    const Kernel kern = bf16 ? (narrow ? Kernel::kDecodeTcBF16_64 : Kernel::kDecodeTcBF16_256)
-                             : (narrow ? Kernel::kDecodeTcF16_64 : Kernel::kDecodeTcF16_256);
-    return {kern, d.split_k};
+    return {half_decode_kernel(d.config, bf16), d.split_k};
   }
   if (pb.m <= 16) return {Kernel::kNone, 1};  // sm_80 decode or a pattern the decode kernels lack
   const Kernel tc = bf16 ? Kernel::kTcPrefillBF16_128x256 : Kernel::kTcPrefillF16_128x256;

@@ -82,6 +82,8 @@ enum class Kernel : int {
   kDecodeTcBF16_256,
   kDecodeTcF16_64,
   kDecodeTcF16_256,
+  kDecodeTcBF16Kept64,
+  kDecodeTcF16Kept64,
   kTcPrefillBF16_128x256,
   kTcPrefillF16_128x256,
   kDenseExpandBF16,
@@ -150,6 +152,9 @@ constexpr KernelInfo kKernelTable[] = {
     {Kernel::kDecodeTcBF16_256, "decode_tc_bf16_256", Family::kDecodeTc, DType::kBF16, 0, 256, 8, 256, 16, 64, 64, 90, false, false, false, kMaxDecodeCluster},
     {Kernel::kDecodeTcF16_64, "decode_tc_f16_64", Family::kDecodeTc, DType::kF16, 0, 64, 8, 64, 16, 64, 64, 90, false, false, false, kMaxDecodeCluster},
     {Kernel::kDecodeTcF16_256, "decode_tc_f16_256", Family::kDecodeTc, DType::kF16, 0, 256, 8, 256, 16, 64, 64, 90, false, false, false, kMaxDecodeCluster},
+    // Blocks of 64 columns that stage x only at the rows their vectors keep (decode_half.cuh).
+    {Kernel::kDecodeTcBF16Kept64, "decode_tc_bf16_kept64", Family::kDecodeTc, DType::kBF16, 0, 64, 8, 64, 16, 64, 64, 90, false, false, false, kMaxDecodeCluster},
+    {Kernel::kDecodeTcF16Kept64, "decode_tc_f16_kept64", Family::kDecodeTc, DType::kF16, 0, 64, 8, 64, 16, 64, 64, 90, false, false, false, kMaxDecodeCluster},
     {Kernel::kTcPrefillBF16_128x256, "tc_prefill_bf16_128x256", Family::kTcPrefill, DType::kBF16, 128, 256, 8, 0, 16, 64, kTcPrefillMaxM, 80, false, false, false, 4},
     {Kernel::kTcPrefillF16_128x256, "tc_prefill_f16_128x256", Family::kTcPrefill, DType::kF16, 128, 256, 8, 0, 16, 64, kTcPrefillMaxM, 80, false, false, false, 4},
     {Kernel::kDenseExpandBF16, "dense_expand_bf16", Family::kDenseExpand, DType::kBF16, 0, 0, 8, 0, 1, 64, 0, 0, false, false, false, 1},

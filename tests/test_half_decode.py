@@ -79,6 +79,22 @@ def test_decode_layer_shapes(nm, dtype, m, n, k, N, M, L):
     _check(nm, x, values, indices, N, M, L, bias)
 
 
+def _check_masked(x, values, indices, N, M, L, y):
+    """Checks y against float64 x @ W^T where each index byte selects row (byte & (M - 1)) of its
+    window and repeated positions add, as the kernels do."""
+    dtype = x.dtype
+    w, out = values.shape
+    k = x.shape[-1]
+    cols = (torch.arange(w, device=DEV) // N * M)[:, None] + (indices.long() & (M - 1)).repeat_interleave(L, dim=1)
+    dense_t = torch.zeros(k, out, dtype=torch.float64, device=DEV)
+    dense_t.scatter_add_(0, cols, values.double())
+    ref = x.double() @ dense_t
+    lin = F.linear(x, dense_t.t().to(dtype))
+    err, err_lin = (y.double() - ref).abs().max().item(), (lin.double() - ref).abs().max().item()
+    scale = (x.double().abs() @ dense_t.abs()).max().item()
+    assert err <= 2 * err_lin + 1e-4 * scale
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "fp16"])
 def test_decode_masks_index_bytes(nm, dtype):
     """Index bytes are masked with M - 1: any byte value stays inside its window (the reference
@@ -88,16 +104,7 @@ def test_decode_masks_index_bytes(nm, dtype):
     values, _ = nm.random_packed(n, k, N, M, L, dtype=dtype, device=DEV)
     indices = torch.randint(0, 256, (k // M * N, n // L), device=DEV, dtype=torch.uint8)
     x = torch.randn(m, k, device=DEV).to(dtype)
-    y = ops.spmm(x, values, indices, N, M, L)
-    w, out = values.shape
-    cols = (torch.arange(w, device=DEV) // N * M)[:, None] + (indices.long() & (M - 1)).repeat_interleave(L, dim=1)
-    dense_t = torch.zeros(k, out, dtype=torch.float64, device=DEV)
-    dense_t.scatter_add_(0, cols, values.double())
-    ref = x.double() @ dense_t
-    lin = F.linear(x, dense_t.t().to(dtype))
-    err, err_lin = (y.double() - ref).abs().max().item(), (lin.double() - ref).abs().max().item()
-    scale = (x.double().abs() @ dense_t.abs()).max().item()
-    assert err <= 2 * err_lin + 1e-4 * scale
+    _check_masked(x, values, indices, N, M, L, ops.spmm(x, values, indices, N, M, L))
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "fp16"])
@@ -157,3 +164,52 @@ def test_decode_cuda_graph_and_chained_weights(nm, dtype):
         y1 = ops.spmm(x1, values, indices, N, M, L)
         y2 = ops.spmm(x2, y1, idx2, 1, 32, L)
         _check(nm, x2, y1.clone(), idx2, 1, 32, L, y=y2)
+
+
+def _kept(dtype):
+    return "decode_tc_bf16_kept64" if dtype == torch.bfloat16 else "decode_tc_f16_kept64"
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "fp16"])
+@pytest.mark.parametrize("N,M,L", PATTERNS, ids=[f"{n}:{m}:L{l}" for n, m, l in PATTERNS])
+def test_kept_rows_kernel_matches_fp64(nm, dtype, N, M, L):
+    """The 64-column blocks that stage x only at their vectors' kept rows, forced through
+    spmm_with_plan: every m class, clusters of 1 to 5, output tails, bias, strided input."""
+    _needs_clusters()
+    for i, m in enumerate(MS):
+        n = L * (1 + (i + N) % 5)
+        k = M * (6 + (7 * i + L) % 23)
+        values, indices = nm.random_packed(n, k, N, M, L, dtype=dtype, device=DEV)
+        big = torch.randn(m, k + 9, device=DEV).to(dtype)
+        x = big[:, :k] if i % 2 else big[:, 1:k + 1]
+        bias = torch.randn(n, device=DEV).to(dtype) if i % 3 else None
+        y = ops.spmm_with_plan(x, values, indices, N, M, L, bias, None, None, _kept(dtype), 1 + i % 5)
+        _check(nm, x, values, indices, N, M, L, bias, y=y)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "fp16"])
+@pytest.mark.parametrize("m,n,k,N,M,L,split", [
+    (64, 128, 4096, 16, 32, 16, 1),   # 2048 rows per block, slabs of 320: seven passes
+    (1, 64, 12288, 32, 32, 32, 1),    # 12288 rows, slabs of 4896: three passes
+    (33, 192, 8192, 12, 32, 64, 2),   # 1536 rows per block, slabs of 1280: two passes
+])
+def test_kept_rows_kernel_passes(nm, dtype, m, n, k, N, M, L, split):
+    """Blocks whose compressed rows exceed the kept-row slabs run in passes."""
+    _needs_clusters()
+    values, indices = nm.random_packed(n, k, N, M, L, dtype=dtype, device=DEV)
+    x = torch.randn(m, k, device=DEV).to(dtype)
+    bias = torch.randn(n, device=DEV).to(dtype)
+    y = ops.spmm_with_plan(x, values, indices, N, M, L, bias, None, None, _kept(dtype), split)
+    _check(nm, x, values, indices, N, M, L, bias, y=y)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "fp16"])
+def test_kept_rows_kernel_masks_index_bytes(nm, dtype):
+    """Any index byte value selects a row inside its window (masked with M - 1)."""
+    _needs_clusters()
+    N, M, L, n, k, m = 8, 16, 32, 320, 1024, 5
+    values, _ = nm.random_packed(n, k, N, M, L, dtype=dtype, device=DEV)
+    indices = torch.randint(0, 256, (k // M * N, n // L), device=DEV, dtype=torch.uint8)
+    x = torch.randn(m, k, device=DEV).to(dtype)
+    y = ops.spmm_with_plan(x, values, indices, N, M, L, None, None, None, _kept(dtype), 3)
+    _check_masked(x, values, indices, N, M, L, y)

@@ -23,11 +23,11 @@ namespace nmspmm {
 // weight does not overlap what the stream's last SpMM wrote); records the launch's output.
 bool decode_launch_may_overlap(const at::Tensor& values, const at::Tensor& indices, const at::Tensor& y);
 
-// Runs a decode_tc_* plan: blocks of 64 (narrow) or 256 output columns, k split over a cluster of
-// split_k blocks. x2 is x reshaped to [m, in] with m >= 1; the caller has checked every argument
+// Runs a decode_tc_* plan: config (kernels::kHalfDecodeNarrow, kHalfDecodeKept) picks blocks of 64
+// or 256 output columns and the x staging; k split over a cluster of split_k blocks. x2 is x reshaped to [m, in] with m >= 1; the caller has checked every argument
 // and the plan (registry and compute capability).
 at::Tensor spmm_half_decode(const at::Tensor& x2, const at::Tensor& values, const at::Tensor& indices, int64_t N,
-                            int64_t M, int64_t L, const std::optional<at::Tensor>& bias, bool narrow, int split_k) {
+                            int64_t M, int64_t L, const std::optional<at::Tensor>& bias, int config, int split_k) {
   const int64_t m = x2.size(0), in = x2.size(1), out = values.size(1);
   TORCH_CHECK(kernels::half_decode_supports(m, out, in, N, M, L), "nmspmm.spmm: the fp16/bf16 decode kernels cannot run m=",
               m, " n=", out, " k=", in, " with pattern ", N, ":", M, " L=", L);
@@ -43,7 +43,6 @@ at::Tensor spmm_half_decode(const at::Tensor& x2, const at::Tensor& values, cons
   at::Tensor y = at::empty({m, out}, x.options());
 
   kernels::HalfSpmmParams p = half_params(x, m > 1 ? x.stride(0) : in, vals, idx, b, y, N, M, L, split_k);
-  int config = narrow ? kernels::kHalfDecodeNarrow : 0;
   if (decode_launch_may_overlap(vals, idx, y)) config |= kernels::kHalfDecodeDependentLaunch;
   // The kernels reduce on chip and need no scratch; the interface allows it.
   const size_t scratch_bytes = kernels::half_decode_scratch_bytes(p, config);

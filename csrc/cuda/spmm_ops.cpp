@@ -24,7 +24,7 @@ namespace nmspmm {
 // spmm_half_decode.cpp / spmm_half_prefill.cpp: the native fp16 / bf16 plans (decode_tc_*;
 // tc_prefill_* and dense_expand_*), on x reshaped to [m, in] with m >= 1.
 at::Tensor spmm_half_decode(const at::Tensor& x2, const at::Tensor& values, const at::Tensor& indices, int64_t N,
-                            int64_t M, int64_t L, const std::optional<at::Tensor>& bias, bool narrow, int split_k);
+                            int64_t M, int64_t L, const std::optional<at::Tensor>& bias, int config, int split_k);
 at::Tensor spmm_half_prefill(const at::Tensor& x2, const at::Tensor& values, const at::Tensor& indices, int64_t N,
                              int64_t M, int64_t L, const std::optional<at::Tensor>& bias, bool dense, int split_k,
                              bool warp_specialized);
@@ -196,7 +196,7 @@ at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const a
     if (m == 0 || out == 0) return at::empty({m, out}, x.options()).reshape(out_shape);
     const KernelInfo& info = kernel_info(plan.kernel);
     at::Tensor y = info.family == Family::kDecodeTc
-                       ? spmm_half_decode(x2, values, indices, N, M, L, bias, info.variant == 64, plan.split_k)
+                       ? spmm_half_decode(x2, values, indices, N, M, L, bias, half_decode_config(plan.kernel), plan.split_k)
                        : spmm_half_prefill(x2, values, indices, N, M, L, bias, info.family == Family::kDenseExpand,
                                            plan.split_k, half_prefill_warp_specialized(device.cc, L));
     return y.reshape(out_shape);

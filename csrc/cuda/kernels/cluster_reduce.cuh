@@ -26,7 +26,7 @@
 namespace nmspmm {
 namespace kernels {
 
-template <int KW, class Store>
+template <int KW, int Batch = 1, class Store>
 __device__ __forceinline__ void reduce_over_block_and_cluster(float4* red, int elems, int tid, int nthreads,
                                                               Store&& store) {
   namespace cg = cooperative_groups;
@@ -48,9 +48,14 @@ __device__ __forceinline__ void reduce_over_block_and_cluster(float4* red, int e
   for (int t = tid; t < slice && rank * slice + t < elems; t += nthreads) {
     const int e = rank * slice + t;
     float4 sum = *cluster.map_shared_rank(red + e, 0);
-    for (int j = 1; j < cs; ++j) {
-      const float4 o = *cluster.map_shared_rank(red + e, j);
-      sum.x += o.x; sum.y += o.y; sum.z += o.z; sum.w += o.w;
+    for (int j0 = 1; j0 < cs; j0 += Batch) {
+      float4 o[Batch];
+#pragma unroll
+      for (int b = 0; b < Batch; ++b)
+        if (j0 + b < cs) o[b] = *cluster.map_shared_rank(red + e, j0 + b);
+#pragma unroll
+      for (int b = 0; b < Batch; ++b)
+        if (j0 + b < cs) { sum.x += o[b].x; sum.y += o[b].y; sum.z += o[b].z; sum.w += o[b].w; }
     }
     store(e, sum);
   }

@@ -122,16 +122,21 @@ template <int NT, int W, int CW>
 __host__ __device__ constexpr int red_bytes() {
   return W / CW * NT * 8 * (16 * CT * CW + 4) * 4;
 }
-template <int NT, int W, int CW>
-inline size_t smem_bytes(int x_rows) {
-  const size_t main = ring_bytes<NT, W, CW>() + static_cast<size_t>(x_rows + 1) * NT * 16;
+// Kept (narrow blocks only): x_rows is the rows of one vector's slab of kept x rows (a multiple of
+// 16), V = kept_slabs(L) slabs, plus one index byte per slab row.
+__host__ __device__ constexpr int kept_slabs(int L) { return L >= 64 ? 1 : 64 / L; }
+template <int NT, int W, int CW, bool Kept>
+inline size_t smem_bytes(int x_rows, int L) {
+  const size_t xb = Kept ? static_cast<size_t>(kept_slabs(L)) * x_rows * (NT * 16 + 1)
+                         : static_cast<size_t>(x_rows + 1) * NT * 16;
+  const size_t main = ring_bytes<NT, W, CW>() + xb;
   const size_t red = red_bytes<NT, W, CW>();
   return main > red ? main : red;
 }
 
 // T: Bf16 or F16. NT: 8-token tiles (m <= 8 NT). W: warps per block, CW of them along the output
 // columns (4: 256 columns, or 1: 64), W / CW along k.
-template <class T, int NT, int W, int CW>
+template <class T, int NT, int W, int CW, bool Kept>
 __global__ void __launch_bounds__(W * 32, NT <= 2 ? 16 / W : 1) decode_half_kernel(const Args a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
   __trap();  // the launcher refuses devices without clusters; never reached
@@ -157,18 +162,26 @@ __global__ void __launch_bounds__(W * 32, NT <= 2 ? 16 / W : 1) decode_half_kern
   const unsigned xbuf_s = static_cast<unsigned>(__cvta_generic_to_shared(xbuf));
   const int x_rows = a.x_rows;
 
+  static_assert(!Kept || CW == 1, "kept-row staging is for blocks of 64 columns");
+  // Kept: V slabs of x_rows rows, slab v holding, for compressed row u0 + r of the pass, the x row
+  // that vector v of the block keeps there (zero past the range), then the slabs' index bytes.
+  const int V = kept_slabs(L);
+  unsigned char* const kidx = xbuf + static_cast<size_t>(V) * x_rows * kRowBytes;
+
   // The zero row after the buffer (gathered by rows past the range).
-  for (int i = tid; i < kRowBytes / 16; i += kThreads)
-    reinterpret_cast<uint4*>(xbuf + static_cast<size_t>(x_rows) * kRowBytes)[i] = make_uint4(0, 0, 0, 0);
+  if (!Kept)
+    for (int i = tid; i < kRowBytes / 16; i += kThreads)
+      reinterpret_cast<uint4*>(xbuf + static_cast<size_t>(x_rows) * kRowBytes)[i] = make_uint4(0, 0, 0, 0);
 
   // This block's compressed rows: whole windows [g0, g1) of the k-split blockIdx.y.
   const int64_t g0 = a.windows * blockIdx.y / gridDim.y;
   const int64_t g1 = a.windows * (blockIdx.y + 1) / gridDim.y;
   const int64_t u0 = g0 * N, u_end = g1 * N;
   const int64_t steps = (u_end - u0 + kStep - 1) / kStep;
-  // Steps per pass: a pass of s steps touches at most (16 s - 1) / N + 2 windows.
+  // Steps per pass: a pass of s steps touches at most (16 s - 1) / N + 2 windows (Kept: 16 s rows
+  // per slab).
   const int64_t xw = x_rows / M;
-  const int64_t fit = g1 - g0 <= xw ? steps : (xw - 1) * N / kStep;
+  const int64_t fit = Kept ? x_rows / kStep : g1 - g0 <= xw ? steps : (xw - 1) * N / kStep;
   const int64_t per_pass = fit < 1 ? 1 : fit;
 
   // Index columns of the warp's tiles (clamped: a tile past n loads in-bounds bytes, never used).
@@ -206,7 +219,7 @@ __global__ void __launch_bounds__(W * 32, NT <= 2 ? 16 / W : 1) decode_half_kern
         cp_async_16(ring + slot * kSlotBytes + slot_offset<C>(r, c), src, ok);
       }
       const int64_t u = us + my_slot;
-      if (u < u_end) {
+      if (!Kept && u < u_end) {
         const uint8_t* ip = a.indices + u * q;
 #pragma unroll
         for (int ct = 0; ct < CT; ++ct)
@@ -226,6 +239,21 @@ __global__ void __launch_bounds__(W * 32, NT <= 2 ? 16 / W : 1) decode_half_kern
 #pragma unroll
     for (int j = 0; j < kStages - 1; ++j) issue(j < cnt ? step_of(j) : s_end, s_end, j, idx[j]);
 
+    // Kept: the pass's index bytes (weight data: read before the wait), masked into the window;
+    // 0xff marks rows past the range.
+    const int pass_rows = static_cast<int>(sb > sa ? (sb - sa) * kStep : 0);
+    if (Kept) {
+      const int64_t ub = u0 + sa * kStep;
+      for (int e = tid; e < V * pass_rows; e += kThreads) {
+        const int r = e / V, v = e % V;
+        const int64_t u = ub + r;
+        const int64_t vc = col0 / L + v;
+        uint8_t b = 0xff;
+        if (u < u_end && vc < q) b = static_cast<uint8_t>(__ldg(a.indices + u * q + vc) & (M - 1));
+        kidx[v * x_rows + r] = b;
+      }
+    }
+
     if (!waited) {
       grid_dependency_wait();
       allow_dependent_launch();
@@ -233,54 +261,94 @@ __global__ void __launch_bounds__(W * 32, NT <= 2 ? 16 / W : 1) decode_half_kern
     }
     if (sa >= steps) break;
 
-    // Stage xT for the windows [pw0, pw1) this pass touches.
-    const int64_t pw0 = (u0 + sa * kStep) / N;
-    const int64_t ulast = u0 + sb * kStep - 1 < u_end - 1 ? u0 + sb * kStep - 1 : u_end - 1;
-    const int64_t pw1 = ulast / N + 1;
-    {
-      const int rows = static_cast<int>((pw1 - pw0) * M);  // even: M >= 2
-      const int64_t kb = pw0 * M;                           // first x column
-      constexpr int CX = NT;                                // 16-byte chunks (8 tokens) per xT row
-      const int items = rows / 2 * CX;
-      // kXBatch items per thread at a time, every load issued before any store (one L2 round trip
-      // per batch, not per item).
-      constexpr int kXBatch = NT <= 2 ? 4 : 2;
+    int64_t pw0 = 0;  // full xT: the pass's first window
+    if (Kept) {
+      __syncthreads();  // the pass's index bytes are in place
+      // Slab rows: row r of slab v is x[:, window(u0 + 16 sa + r) * M + index byte], gathered per
+      // token (8 tokens per item), every load of a batch issued before its stores.
+      const int64_t ub = u0 + sa * kStep;
+      const int items = V * pass_rows * NT;
+      constexpr int kXBatch = NT == 1 ? 4 : 2;
       for (int base = tid; base < items; base += kXBatch * kThreads) {
-        uint32_t v[kXBatch][8];
+        uint16_t v[kXBatch][8];
 #pragma unroll
-        for (int b = 0; b < kXBatch; ++b) {
-          const int it = base + b * kThreads;
-          const int c = it % CX, j = it / CX;
+        for (int bt = 0; bt < kXBatch; ++bt) {
+          const int it = base + bt * kThreads;
+          const int c = it % NT, e = it / NT;
+          const int r = e / V, sv = e % V;
+          const int ib = it < items ? kidx[sv * x_rows + r] : 0xff;
+          const int64_t col = ib == 0xff ? 0 : static_cast<int64_t>((static_cast<uint64_t>(ub + r) * a.magic) >> 32) * M + ib;
 #pragma unroll
-          for (int e = 0; e < 8; ++e) {
-            const int tok = 8 * c + e;
-            v[b][e] = 0;
-            if (it < items && tok < m) {
-              const uint16_t* src = a.x + tok * a.ldx + kb + 2 * j;
-              if (a.x_pairs) {
-                v[b][e] = *reinterpret_cast<const uint32_t*>(src);
-              } else {
-                v[b][e] = static_cast<uint32_t>(src[0]) | (static_cast<uint32_t>(src[1]) << 16);
-              }
-            }
+          for (int t = 0; t < 8; ++t) {
+            const int tok = 8 * c + t;
+            v[bt][t] = ib != 0xff && tok < m ? a.x[tok * a.ldx + col] : uint16_t{0};
           }
         }
 #pragma unroll
-        for (int b = 0; b < kXBatch; ++b) {
-          const int it = base + b * kThreads;
+        for (int bt = 0; bt < kXBatch; ++bt) {
+          const int it = base + bt * kThreads;
           if (it < items) {
+            const int c = it % NT, e = it / NT;
+            const int r = e / V, sv = e % V;
+            uint4 o;
+            o.x = v[bt][0] | (static_cast<uint32_t>(v[bt][1]) << 16);
+            o.y = v[bt][2] | (static_cast<uint32_t>(v[bt][3]) << 16);
+            o.z = v[bt][4] | (static_cast<uint32_t>(v[bt][5]) << 16);
+            o.w = v[bt][6] | (static_cast<uint32_t>(v[bt][7]) << 16);
+            *reinterpret_cast<uint4*>(xbuf + static_cast<size_t>(sv * x_rows + r) * kRowBytes + c * 16) = o;
+          }
+        }
+      }
+    } else {
+      // Stage xT for the windows [pw0, pw1) this pass touches.
+      pw0 = (u0 + sa * kStep) / N;
+      const int64_t ulast = u0 + sb * kStep - 1 < u_end - 1 ? u0 + sb * kStep - 1 : u_end - 1;
+      const int64_t pw1 = ulast / N + 1;
+      {
+        const int rows = static_cast<int>((pw1 - pw0) * M);  // even: M >= 2
+        const int64_t kb = pw0 * M;                           // first x column
+        constexpr int CX = NT;                                // 16-byte chunks (8 tokens) per xT row
+        const int items = rows / 2 * CX;
+        // kXBatch items per thread at a time, every load issued before any store (one L2 round trip
+        // per batch, not per item).
+        constexpr int kXBatch = NT <= 2 ? 4 : 2;
+        for (int base = tid; base < items; base += kXBatch * kThreads) {
+          uint32_t v[kXBatch][8];
+#pragma unroll
+          for (int b = 0; b < kXBatch; ++b) {
+            const int it = base + b * kThreads;
             const int c = it % CX, j = it / CX;
-            uint4 lo, hi;  // rows 2j and 2j + 1, tokens 8c .. 8c + 7
-            lo.x = __byte_perm(v[b][0], v[b][1], 0x5410);
-            lo.y = __byte_perm(v[b][2], v[b][3], 0x5410);
-            lo.z = __byte_perm(v[b][4], v[b][5], 0x5410);
-            lo.w = __byte_perm(v[b][6], v[b][7], 0x5410);
-            hi.x = __byte_perm(v[b][0], v[b][1], 0x7632);
-            hi.y = __byte_perm(v[b][2], v[b][3], 0x7632);
-            hi.z = __byte_perm(v[b][4], v[b][5], 0x7632);
-            hi.w = __byte_perm(v[b][6], v[b][7], 0x7632);
-            *reinterpret_cast<uint4*>(xbuf + static_cast<size_t>(2 * j) * kRowBytes + c * 16) = lo;
-            *reinterpret_cast<uint4*>(xbuf + static_cast<size_t>(2 * j + 1) * kRowBytes + c * 16) = hi;
+#pragma unroll
+            for (int e = 0; e < 8; ++e) {
+              const int tok = 8 * c + e;
+              v[b][e] = 0;
+              if (it < items && tok < m) {
+                const uint16_t* src = a.x + tok * a.ldx + kb + 2 * j;
+                if (a.x_pairs) {
+                  v[b][e] = *reinterpret_cast<const uint32_t*>(src);
+                } else {
+                  v[b][e] = static_cast<uint32_t>(src[0]) | (static_cast<uint32_t>(src[1]) << 16);
+                }
+              }
+            }
+          }
+#pragma unroll
+          for (int b = 0; b < kXBatch; ++b) {
+            const int it = base + b * kThreads;
+            if (it < items) {
+              const int c = it % CX, j = it / CX;
+              uint4 lo, hi;  // rows 2j and 2j + 1, tokens 8c .. 8c + 7
+              lo.x = __byte_perm(v[b][0], v[b][1], 0x5410);
+              lo.y = __byte_perm(v[b][2], v[b][3], 0x5410);
+              lo.z = __byte_perm(v[b][4], v[b][5], 0x5410);
+              lo.w = __byte_perm(v[b][6], v[b][7], 0x5410);
+              hi.x = __byte_perm(v[b][0], v[b][1], 0x7632);
+              hi.y = __byte_perm(v[b][2], v[b][3], 0x7632);
+              hi.z = __byte_perm(v[b][4], v[b][5], 0x7632);
+              hi.w = __byte_perm(v[b][6], v[b][7], 0x7632);
+              *reinterpret_cast<uint4*>(xbuf + static_cast<size_t>(2 * j) * kRowBytes + c * 16) = lo;
+              *reinterpret_cast<uint4*>(xbuf + static_cast<size_t>(2 * j + 1) * kRowBytes + c * 16) = hi;
+            }
           }
         }
       }
@@ -299,17 +367,19 @@ __global__ void __launch_bounds__(W * 32, NT <= 2 ? 16 / W : 1) decode_half_kern
         if (i < cnt) {
           cp_async_wait<kStages - 2>();
           __syncwarp();
-          // Gathered xT row of this lane's k-row of the step.
+          // Gathered xT row of this lane's k-row of the step (Kept: its row of each slab).
           const int64_t u = u0 + step_of(i) * kStep + my_slot;
           const bool ok = u < u_end;
-          const int wrow = ok ? static_cast<int>((static_cast<uint64_t>(u) * a.magic >> 32) - pw0) * M : 0;
+          const int wrow = Kept ? static_cast<int>(step_of(i) - sa) * kStep + my_slot
+                           : ok ? static_cast<int>((static_cast<uint64_t>(u) * a.magic >> 32) - pw0) * M : 0;
           uint32_t b[NT][2];
 #pragma unroll
           for (int ct = 0; ct < CT; ++ct) {
             uint32_t af[4];
             ldsm_x4_trans(af, ring_s + j * kSlotBytes + slot_offset<C>(a_row, 2 * ct + a_chunk));
             if (ct == 0 || (16 * ct) % L == 0) {
-              const int xr = ok ? wrow + (idx[j][ct] & (M - 1)) : x_rows;
+              const int xr = Kept ? (L >= 64 ? 0 : 16 * ct / L) * x_rows + wrow
+                             : ok ? wrow + (idx[j][ct] & (M - 1)) : x_rows;
               const unsigned baddr = xbuf_s + static_cast<unsigned>(xr) * kRowBytes + (lane >> 4) * 16;
               if (NT == 1) {
                 ldsm_x2_trans(b[0][0], b[0][1], baddr);
@@ -355,7 +425,7 @@ __global__ void __launch_bounds__(W * 32, NT <= 2 ? 16 / W : 1) decode_half_kern
       base[BNp + 8] = acc[ct][nt][3];
     }
   constexpr int kTile4 = NT * 8 * BNp / 4;  // float4 elements of one partial tile
-  reduce_over_block_and_cluster<KW>(reinterpret_cast<float4*>(smem), kTile4, tid, kThreads, [&](int e, float4 s) {
+  auto store = [&](int e, float4 s) {
     const int tok = (4 * e) / BNp, c = (4 * e) % BNp;
     const int64_t col = static_cast<int64_t>(blockIdx.x) * BN + c;
     if (c < BN && tok < m && col < n) {
@@ -369,13 +439,14 @@ __global__ void __launch_bounds__(W * 32, NT <= 2 ? 16 / W : 1) decode_half_kern
       o.y = static_cast<uint32_t>(T::from_float(v[2])) | (static_cast<uint32_t>(T::from_float(v[3])) << 16);
       *reinterpret_cast<uint2*>(a.y + static_cast<int64_t>(tok) * n + col) = o;
     }
-  });
+  };
+  reduce_over_block_and_cluster<KW, 4>(reinterpret_cast<float4*>(smem), kTile4, tid, kThreads, store);
 #endif
 }
 
-template <class T, int NT, int W, int CW>
+template <class T, int NT, int W, int CW, bool Kept>
 cudaError_t launch_one(const Args& a, int split_k, bool dependent, cudaStream_t stream) {
-  auto kernel = decode_half_kernel<T, NT, W, CW>;
+  auto kernel = decode_half_kernel<T, NT, W, CW, Kept>;
   static bool smem_set[kMaxDevices] = {};
   cudaError_t err = set_smem_limit_once(smem_set, kernel, kMaxSmem);
   if (err != cudaSuccess) return err;
@@ -384,7 +455,7 @@ cudaError_t launch_one(const Args& a, int split_k, bool dependent, cudaStream_t 
     err = allow_large_clusters_once(large, kernel);
     if (err != cudaSuccess) return err;
   }
-  const size_t smem = smem_bytes<NT, W, CW>(a.x_rows);
+  const size_t smem = smem_bytes<NT, W, CW, Kept>(a.x_rows, a.L);
   if (smem > static_cast<size_t>(kMaxSmem)) return cudaErrorInvalidConfiguration;
   constexpr int BN = 16 * CT * CW;
   const int64_t tiles = (a.n + BN - 1) / BN;
@@ -413,17 +484,30 @@ inline int plan_x_rows(int64_t windows, int split_k, int N, int M) {
   return static_cast<int>(rows);
 }
 
+// Kept: rows of one slab, the largest block's compressed rows in whole steps, capped to fit.
+template <int NT, int W, int CW>
+inline int plan_kept_rows(int64_t windows, int split_k, int N, int L) {
+  const int64_t steps = ((windows + split_k - 1) / split_k * N + kStep - 1) / kStep;
+  const int64_t cap = (kMaxSmem - ring_bytes<NT, W, CW>()) / (kept_slabs(L) * (NT * 16 + 1)) / kStep;
+  return static_cast<int>((steps < cap ? steps : cap) * kStep);
+}
+
 template <class T, int NT, int W>
 cudaError_t launch_cols(const Args& a0, int split_k, int config, cudaStream_t stream) {
   Args a = a0;
   const bool dependent = (config & kHalfDecodeDependentLaunch) != 0;
+  if (config & kHalfDecodeKept) {
+    a.x_rows = plan_kept_rows<NT, W, 1>(a.windows, split_k, a.N, a.L);
+    return launch_one<T, NT, W, 1, true>(a, split_k, dependent, stream);
+  }
   if (config & kHalfDecodeNarrow) {
     a.x_rows = plan_x_rows<NT, W, 1>(a.windows, split_k, a.N, a.M);
-    return launch_one<T, NT, W, 1>(a, split_k, dependent, stream);
+    return launch_one<T, NT, W, 1, false>(a, split_k, dependent, stream);
   }
   a.x_rows = plan_x_rows<NT, W, 4>(a.windows, split_k, a.N, a.M);
-  return launch_one<T, NT, W, 4>(a, split_k, dependent, stream);
+  return launch_one<T, NT, W, 4, false>(a, split_k, dependent, stream);
 }
+
 
 // Checks the problem and launches the kernel for its m.
 template <class T>

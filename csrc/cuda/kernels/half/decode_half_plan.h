@@ -10,6 +10,7 @@ namespace kernels {
 // Bits of launch_half_decode's `config`.
 constexpr int kHalfDecodeNarrow = 1;           // blocks of 64 output columns (else 256)
 constexpr int kHalfDecodeDependentLaunch = 2;  // programmatic dependent launch (sm_90)
+constexpr int kHalfDecodeKept = 4;             // with kHalfDecodeNarrow: x staged for the kept rows only
 // Largest cluster (k split) of the decode kernels; above 8 a cluster size is non-portable.
 constexpr int kHalfDecodeMaxSplit = 16;
 // Largest m of the decode kernels.
