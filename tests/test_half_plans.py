@@ -80,6 +80,17 @@ def test_heuristic_measured_rules(dtype):
         assert plan(m, 4096, 4096, N, 32, 32, dtype) == (narrow[0], 2)
         assert plan(m, 4096, 11008, N, 32, 32, dtype) == (wide[0], 10)
         assert plan(m, 4096, 14336, N, 32, 32, dtype) == (wide[0], 10)
+    # 9 <= m <= 64 at 4:32 on layers of up to 4096 columns, and at 8:32 on 1024 columns: blocks that
+    # stage only their kept x rows; not at m <= 8, nor at 8:32 on 4096 columns, nor at 12:32.
+    kept = [k for k in family("decode_tc", dtype) if k.endswith("_kept64")]
+    for m in (9, 16, 48, 64):
+        assert plan(m, 1024, 4096, 4, 32, 32, dtype) == (kept[0], 6)
+        assert plan(m, 1024, 4096, 8, 32, 32, dtype) == (kept[0], 6)
+        assert plan(m, 4096, 4096, 4, 32, 32, dtype) == (kept[0], 2)
+        assert plan(m, 4096, 4096, 8, 32, 32, dtype)[0] not in kept
+        assert plan(m, 1024, 4096, 12, 32, 32, dtype)[0] not in kept
+    assert plan(8, 1024, 4096, 4, 32, 32, dtype)[0] == narrow[0]
+    assert plan(16, 11008, 4096, 4, 32, 32, dtype)[0] == wide[0]
     # Split-K of the gathered prefill kernel by estimated time, the fp32 partials included: none at
     # 1024 x 5632 x 2048 (176 tiles; three splits of partials measured 2.5x slower), four where
     # 32 tiles would leave most SMs idle (256 x 4096 x 11008).

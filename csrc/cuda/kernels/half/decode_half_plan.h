@@ -36,7 +36,8 @@ inline bool half_decode_supports(int64_t m, int64_t n, int64_t k, int64_t N, int
 inline bool half_decode_preferred(int64_t m, int64_t n, int64_t k) { return m <= 32 || n * k < (int64_t{1} << 25); }
 
 struct HalfDecodePlan {
-  int config;   // kHalfDecodeNarrow or 0 (the binding adds kHalfDecodeDependentLaunch)
+  int config;   // 0, kHalfDecodeNarrow or kHalfDecodeNarrow | kHalfDecodeKept (the binding adds
+                // kHalfDecodeDependentLaunch)
   int split_k;  // cluster size: blocks splitting k
 };
 
@@ -73,12 +74,22 @@ inline int64_t half_decode_blocks_per_sm(int64_t m, int64_t windows, int64_t spl
 //    wave, with room for the next call's blocks under programmatic dependent launch), with at
 //    least two steps of 16 compressed rows per warp, and S > 8 only where each block keeps at least
 //    96 rows; at m <= 8 at most S = 10 (clusters of 12 measure 1.1-1.2x slower there).
+//  * 9 <= m <= 64 on layers of at most num_sms / 2 narrow tiles (n <= 4224) at N / M <= 1 / 8, or of
+//    at most num_sms / 8 (n <= 1056) at N / M <= 1 / 4: narrow blocks that stage x only at their
+//    kept rows (kHalfDecodeKept), S = clamp(num_sms / tiles, 2, 6). At 4:32 they stage a quarter
+//    of the x rows of a narrow block; measured 1.01-1.43x over the other plans on 1024 x 4096,
+//    4096 x 4096 and 4096 x 11008 at m = 16-64 (4:32; 8:32 on 1024 x 4096 only: 1.06-1.24x),
+//    0.97-1.03x on 4096 x 14336.
 inline HalfDecodePlan half_decode_plan(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, int num_sms) {
   if (num_sms <= 0) num_sms = 132;
   const int64_t windows = M > 0 ? k / M : 0;
   const int64_t wide_tiles = (n + 255) / 256, narrow_tiles = (n + 63) / 64;
   int64_t s = num_sms / narrow_tiles;
   s = s < 2 ? 2 : s > 6 ? 6 : s;
+  if (m > 8 && ((N * 8 <= M && narrow_tiles * 2 <= num_sms) || (N * 4 <= M && narrow_tiles * 8 <= num_sms))) {
+    if (s > windows) s = windows < 1 ? 1 : windows;
+    return {kHalfDecodeNarrow | kHalfDecodeKept, static_cast<int>(s)};
+  }
   if ((m <= 8 && wide_tiles * 8 <= num_sms && windows <= 64 * s) || (m <= 16 && narrow_tiles * 4 <= num_sms)) {
     if (s > windows) s = windows < 1 ? 1 : windows;
     return {kHalfDecodeNarrow, static_cast<int>(s)};
