@@ -17,6 +17,11 @@
 //  * The block (W = 8 warps: CW column warps x KW = W / CW k-warps) stages xT for its k-range once,
 //    after issuing its first weight copies (so the x copy overlaps them); a k-range larger than
 //    the buffer runs in passes (each pass drains the ring).
+//  * Kept (64-column blocks only): instead of every x row of its windows, the block stages one slab
+//    per vector of L columns holding, for each compressed row, the x row that vector keeps there
+//    (gathered through the index bytes, which are read into shared memory before the dependency
+//    wait). At N / M = 1/8 that is a quarter of the rows, and the main loop reads the B operand
+//    from consecutive slab rows with no index arithmetic.
 //  * k is split over the block's KW warps (interleaved steps) and over the cluster's blocks
 //    (gridDim.y == cluster size, contiguous window ranges); the partial tiles are added in fixed
 //    order through shared memory, then through distributed shared memory, each block writing a
@@ -24,7 +29,7 @@
 //    bitwise deterministic and CUDA-graph capturable.
 //  * Index bytes are masked with M - 1 (no byte value reads outside its window's staged rows);
 //    rows past the block's range and columns past n are zero-filled by the copies and gather a
-//    zero row of xT.
+//    zero row of xT (Kept: zero slab rows).
 //  * With programmatic dependent launch (config bit kHalfDecodeDependentLaunch) only `values` and
 //    `indices` are read before griddepcontrol.wait; x, bias and y after it.
 #pragma once
