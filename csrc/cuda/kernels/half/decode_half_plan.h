@@ -62,7 +62,13 @@ inline int64_t half_decode_blocks_per_sm(int64_t m, int64_t windows, int64_t spl
 }
 
 // The plan, fitted to sweeps on H100 (six Llama layer shapes x N = 4, 8, 12, 16 of 32 x m = 1, 8,
-// 16, 32, CUDA graphs, weights cycled past L2; docs/kernels.md):
+// 16, 32, CUDA graphs, weights cycled past L2; docs/kernels.md), in the order the rules are tried:
+//  * 9 <= m <= 64 on layers of at most num_sms / 2 narrow tiles (n <= 4224 on H100) at N / M <= 1/8,
+//    or of at most num_sms / 8 (n <= 1024) at N / M <= 1/4: narrow blocks that stage x only at
+//    their kept rows (kHalfDecodeKept), S = clamp(num_sms / tiles, 2, 6). At 4:32 they stage a
+//    quarter of the x rows of a narrow block; measured 1.01-1.43x over the other plans on
+//    1024 x 4096, 4096 x 4096 and 4096 x 11008 at m = 16-64 (4:32; 8:32 on 1024 x 4096 only:
+//    1.06-1.24x), 0.97-1.03x on 4096 x 14336;
 //  * m <= 8 on layers of at most num_sms / 8 wide tiles (n <= 4224 on H100) whose narrow blocks
 //    keep at most 64 windows each (k <= 4096 at M = 32 with S = 2), and m <= 16 on layers of at most
 //    num_sms / 4 narrow tiles (n <= 2112): narrow blocks (64 columns, the k-range of a block split
@@ -74,12 +80,6 @@ inline int64_t half_decode_blocks_per_sm(int64_t m, int64_t windows, int64_t spl
 //    wave, with room for the next call's blocks under programmatic dependent launch), with at
 //    least two steps of 16 compressed rows per warp, and S > 8 only where each block keeps at least
 //    96 rows; at m <= 8 at most S = 10 (clusters of 12 measure 1.1-1.2x slower there).
-//  * 9 <= m <= 64 on layers of at most num_sms / 2 narrow tiles (n <= 4224) at N / M <= 1 / 8, or of
-//    at most num_sms / 8 (n <= 1056) at N / M <= 1 / 4: narrow blocks that stage x only at their
-//    kept rows (kHalfDecodeKept), S = clamp(num_sms / tiles, 2, 6). At 4:32 they stage a quarter
-//    of the x rows of a narrow block; measured 1.01-1.43x over the other plans on 1024 x 4096,
-//    4096 x 4096 and 4096 x 11008 at m = 16-64 (4:32; 8:32 on 1024 x 4096 only: 1.06-1.24x),
-//    0.97-1.03x on 4096 x 14336.
 inline HalfDecodePlan half_decode_plan(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, int num_sms) {
   if (num_sms <= 0) num_sms = 132;
   const int64_t windows = M > 0 ? k / M : 0;
