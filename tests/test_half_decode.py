@@ -45,6 +45,16 @@ PATTERNS = [(N, M, L) for M in (2, 4, 8, 16, 32, 64) for L in (16, 32, 64, 128) 
 MS = [1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 48, 63, 64]
 
 
+def _case(nm, i, m, N, M, L, dtype, min_vectors):
+    """Case i of a pattern sweep: a random weight of n = L x (min_vectors + 0..4) outputs and
+    k = M x (6..28) inputs, and m x (k + 9) inputs to take x from (contiguous, strided or offset)."""
+    n = L * (min_vectors + (i + N) % 5)
+    k = M * (6 + (7 * i + L) % 23)
+    values, indices = nm.random_packed(n, k, N, M, L, dtype=dtype, device=DEV)
+    big = torch.randn(m, k + 9, device=DEV).to(dtype)
+    return n, k, values, indices, big
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "fp16"])
 @pytest.mark.parametrize("N,M,L", PATTERNS, ids=[f"{n}:{m}:L{l}" for n, m, l in PATTERNS])
 def test_decode_matches_fp64(nm, dtype, N, M, L):
@@ -52,10 +62,7 @@ def test_decode_matches_fp64(nm, dtype, N, M, L):
     the 64 / 256-column blocks), bias, strided and 2-byte-aligned inputs."""
     _needs_clusters()
     for i, m in enumerate(MS):
-        n = L * (3 + (i + N) % 5)
-        k = M * (6 + (7 * i + L) % 23)
-        values, indices = nm.random_packed(n, k, N, M, L, dtype=dtype, device=DEV)
-        big = torch.randn(m, k + 9, device=DEV).to(dtype)
+        n, k, values, indices, big = _case(nm, i, m, N, M, L, dtype, 3)
         variant = i % 4
         x = big[:, :k].contiguous() if variant == 0 else big[:, :k] if variant == 1 else big[:, 1:k + 1]
         bias = torch.randn(n, device=DEV).to(dtype) if variant != 0 else None
@@ -177,10 +184,7 @@ def test_kept_rows_kernel_matches_fp64(nm, dtype, N, M, L):
     spmm_with_plan: every m class, clusters of 1 to 5, output tails, bias, strided input."""
     _needs_clusters()
     for i, m in enumerate(MS):
-        n = L * (1 + (i + N) % 5)
-        k = M * (6 + (7 * i + L) % 23)
-        values, indices = nm.random_packed(n, k, N, M, L, dtype=dtype, device=DEV)
-        big = torch.randn(m, k + 9, device=DEV).to(dtype)
+        n, k, values, indices, big = _case(nm, i, m, N, M, L, dtype, 1)
         x = big[:, :k] if i % 2 else big[:, 1:k + 1]
         bias = torch.randn(n, device=DEV).to(dtype) if i % 3 else None
         y = ops.spmm_with_plan(x, values, indices, N, M, L, bias, None, None, _kept(dtype), 1 + i % 5)
