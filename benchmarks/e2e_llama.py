@@ -11,6 +11,8 @@ The models are built from the real configs (benchmarks/shapes.py) with --layers 
     size, (a) eager with HF's DynamicCache (what a plain HF loop gets) and (b) one decode step
     captured in a CUDA graph with HF's StaticCache and replayed (launch overhead removed);
   * peak memory (torch.cuda.max_memory_allocated) per phase and the model's parameter+buffer bytes.
+A last variant, no-proj, is the dense model whose decoder-layer projections return zeros without a
+kernel: its speedup is the ceiling of any projection speedup (--no-ceiling skips it).
 Sparse fp32 models are first checked against the same model with the pruned weights decompressed
 into nn.Linear (logits relative error). A bf16 model keeps bf16 values and takes the native
 fp16/bf16 plans (decode, tensor-core prefill, dense expansion) where the registry has them.
@@ -41,7 +43,7 @@ CSV_COLUMNS = [
     "decode_b1_speedup", "decode_b1_graph_ms", "decode_b1_graph_tok_s", "decode_b1_graph_speedup",
     "decode_b16_ms", "decode_b16_tok_s", "decode_b16_speedup", "decode_b16_graph_ms",
     "decode_b16_graph_tok_s", "decode_b16_graph_speedup", "decode_peak_mib", "weight_mib",
-    "linear_weight_mib", "check_rel_err", "sparsify_s", "sparsify_path", "note",
+    "linear_weight_mib", "weight_ratio", "check_rel_err", "sparsify_s", "sparsify_path", "note",
 ]
 
 
@@ -57,6 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--batches", default="1,16", help="decode batch sizes")
     ap.add_argument("--reps", type=int, default=3, help="timed repetitions (median)")
     ap.add_argument("--no-graph", action="store_true", help="skip CUDA-graph decode")
+    ap.add_argument("--no-ceiling", action="store_true",
+                    help="skip the no-proj row (the dense model without its decoder-layer projections)")
     ap.add_argument("--no-check", action="store_true", help="skip the sparse-vs-pruned-dense logits check")
     ap.add_argument("--check-tol", type=float, default=1e-3, help="logits relative error bound (fp32)")
     ap.add_argument("--seed", type=int, default=0)
@@ -164,6 +168,30 @@ def sparsify(model, p: S.Pattern, device: str) -> str:
     nmspmm.sparsify_(layers, p.N, p.M, p.L)
     layers.to(device)
     return f"cpu-fallback ({first})"
+
+
+def drop_projections(model) -> None:
+    """The no-proj row: every nn.Linear of the decoder layers returns a cached zero output of its
+    shape (no kernel, no weight bytes), so the row times what no projection speedup can remove
+    (attention, norms, rotary, cache updates, embeddings, lm_head, launches)."""
+    from torch import nn
+
+    class ZeroProjection(nn.Module):
+        def __init__(self, out_features: int):
+            super().__init__()
+            self.out_features = out_features
+            self.cache: Dict = {}
+
+        def forward(self, x):
+            key = (tuple(x.shape[:-1]), x.dtype, x.device)
+            if key not in self.cache:
+                self.cache[key] = x.new_zeros(*x.shape[:-1], self.out_features)
+            return self.cache[key]
+
+    for _, parent in list(model.model.layers.named_modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, nn.Linear):
+                setattr(parent, name, ZeroProjection(child.out_features))
 
 
 def dense_weight_of(layer):
@@ -317,6 +345,8 @@ def attach_speedups(rows: List[Dict]) -> None:
         d = dense.get((r["model"], r["dtype"]))
         if not d or r["status"] != "ok":
             continue
+        if d.get("weight_mib") and r.get("weight_mib"):
+            r["weight_ratio"] = d["weight_mib"] / r["weight_mib"]
         if d.get("prefill_ms") and r.get("prefill_ms"):
             r["prefill_speedup"] = d["prefill_ms"] / r["prefill_ms"]
         for key in [k for k in r if k.startswith("decode_b") and k.endswith("_ms")]:
@@ -381,7 +411,7 @@ def main(argv=None) -> int:
         f"(prompt {args.prompt}); dtypes {', '.join(dtypes)}; -> {out}")
     rows: List[Dict] = []
     t_start = time.time()
-    variants = [("dense", None)] + [(str(p), p) for p in patterns]
+    variants = [("dense", None)] + [(str(p), p) for p in patterns] + ([] if args.no_ceiling else [("no-proj", None)])
     aborted = None
     try:
         for model_name in models:
@@ -394,6 +424,8 @@ def main(argv=None) -> int:
                     model = LlamaForCausalLM(cfg).eval()
                 model.requires_grad_(False)
                 extra: Dict = {}
+                if variant == "no-proj":
+                    drop_projections(model)
                 if p is not None:
                     ts = time.time()
                     extra["sparsify_path"] = sparsify(model, p, args.device)
@@ -439,7 +471,8 @@ def main(argv=None) -> int:
         return 3
     print_table(rows)
     log(f"\nspeedups are over the dense model of the same dtype; {args.layers} decoder layers + embeddings + "
-        f"lm_head (not sparsified). A bf16 model runs the native fp16/bf16 plans (docs/kernels.md).")
+        f"lm_head (not sparsified). A bf16 model runs the native fp16/bf16 plans (docs/kernels.md). no-proj: "
+        f"the dense model with its decoder-layer projections skipped, the ceiling of any projection speedup.")
     log(f"wrote {out}/e2e_llama.csv and e2e_llama.json in {env['wall_seconds']} s")
     return 0
 
