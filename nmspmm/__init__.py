@@ -24,6 +24,7 @@ from .format import NMWeight, col_info, compress, decompress, prune, spmm  # noq
 from .nn import NMLinear, sparsify_, sparsify_report  # noqa: E402
 from .registry import kernel_info, kernel_supports, kernels  # noqa: E402
 from . import permute, pruning  # noqa: E402  (calibrated pruning, permutations, recovery)
+from . import hf  # noqa: E402  (registers the Hugging Face quantizer where transformers is installed)
 
 
 def build_info() -> dict:

@@ -1,162 +1,259 @@
-"""Hugging Face checkpoints of sparsified models: :func:`save_pretrained` and :func:`from_pretrained`.
+"""Hugging Face checkpoints of sparse models, through transformers' own route.
 
-    nmspmm.hf.save_pretrained(model, "llama-sparse")       # model after nmspmm.sparsify_
-    model = nmspmm.hf.from_pretrained("llama-sparse")      # NMLinear layers, same logits
+    import nmspmm
+    nmspmm.sparsify_(model, 16, 32, 32)                    # any transformers PreTrainedModel
+    model.save_pretrained("llama-sparse")                  # config.json, safetensors (sharded too)
+    model = AutoModelForCausalLM.from_pretrained("llama-sparse")   # the same NMLinear layers
 
-The directory is an ordinary transformers checkpoint (``config.json``, ``model.safetensors`` or
-shards, ``generation_config.json``) with two additions:
+``import nmspmm`` registers an ``HfQuantizer`` and its config under the quantization method
+``"nmspmm"`` (transformers' extension point for weight formats, ``register_quantizer`` /
+``register_quantization_config``). :func:`nmspmm.sparsify_` attaches them to a transformers model,
+so that:
 
-* ``config.json`` holds ``quantization_config = {"quant_method": "nmspmm", "format": 1,
-  "layers": {fqn: [N, M, L]}, "N": .., "M": .., "L": ..}`` (N/M/L when every layer shares one
-  pattern). :func:`from_pretrained` rebuilds exactly these layers as empty ``NMLinear`` modules and
-  loads their ``values``/``indices``/``bias``.
-* every sparse layer also has a zero-size ``<fqn>.weight`` entry. It carries no data; it makes a
-  dense loader fail. ``AutoModelForCausalLM.from_pretrained`` on this directory (without nmspmm)
-  would otherwise build dense ``nn.Linear`` layers with random weights and only print a report; with
-  the marker it raises a size-mismatch error for ``<fqn>.weight``. (With
-  ``ignore_mismatched_sizes=True`` it warns instead, and the model is still wrong.)
+* ``save_pretrained`` writes ``quantization_config = {"quant_method": "nmspmm", "format": 1,
+  "layers": {fqn: [N, M, L]}, "N", "M", "L" (when every layer shares one pattern)}`` into
+  ``config.json``, and each sparse layer's ``values``, ``indices``, ``bias`` and ``_extra_state``
+  plus a zero-size ``<fqn>.weight`` marker into the safetensors files;
+* ``from_pretrained`` (any ``dtype``, ``device_map``, sharded or not) builds the recorded layers as
+  empty ``NMLinear`` modules before the weights load, checks that the checkpoint holds every one
+  of their tensors, and validates the indices after loading.
+
+Without nmspmm, transformers does not know the method and would build dense ``nn.Linear`` layers
+with random weights; the zero-size ``<fqn>.weight`` marker makes that load fail with a size
+mismatch instead, after transformers' warning "Unknown quantization type, got nmspmm".
+
+Tested with transformers 5.17 and 5.24 (:data:`SUPPORTED_TRANSFORMERS`); on other versions the
+registration is refused with an error naming the version (:func:`check_transformers`).
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import re
 from typing import Dict, Optional
 
 import torch
 from torch import nn
 
-from .nn import NMLinear, sparsify_
+from .nn import NMLinear
 
-__all__ = ["save_pretrained", "from_pretrained", "QUANT_METHOD"]
+__all__ = ["QUANT_METHOD", "FORMAT", "SUPPORTED_TRANSFORMERS", "check_transformers", "attach",
+           "save_pretrained", "from_pretrained", "NMSpmmConfig", "NMSpmmHfQuantizer"]
 
 QUANT_METHOD = "nmspmm"
 FORMAT = 1
+# [lowest, first unsupported) release of transformers whose HfQuantizer hooks this module uses
+# (preprocess_model -> _process_model_before_weight_loading(checkpoint_files=...),
+# get_state_dict_and_metadata on save, set_extra_state on load).
+SUPPORTED_TRANSFORMERS = ((5, 17), (6, 0))
+
+NMSpmmConfig = None
+NMSpmmHfQuantizer = None
+_problem: Optional[str] = None  # why the registration did not happen (None: registered)
 
 
-def _sparse_layers(model: nn.Module) -> Dict[str, list]:
+def _version_tuple(text: str):
+    return tuple(int(p) for p in re.findall(r"\d+", text)[:2])
+
+
+def _layers(model: nn.Module) -> Dict[str, list]:
     return {fqn: [m.N, m.M, m.L] for fqn, m in model.named_modules() if isinstance(m, NMLinear)}
 
 
-def save_pretrained(model: nn.Module, save_directory: str, **kwargs) -> None:
-    """``model.save_pretrained(save_directory, **kwargs)`` for a model holding ``NMLinear`` layers,
-    recording their patterns in ``config.json`` (see the module docstring)."""
-    layers = _sparse_layers(model)
-    if not layers:
-        raise ValueError("nmspmm.hf.save_pretrained: the model has no NMLinear layer; "
-                         "use model.save_pretrained for a dense model")
-    config = getattr(model, "config", None)
-    if config is None or not hasattr(model, "save_pretrained"):
-        raise TypeError("nmspmm.hf.save_pretrained: expects a transformers PreTrainedModel")
-    qc = {"quant_method": QUANT_METHOD, "format": FORMAT, "layers": layers}
+def _config_dict(layers: Dict[str, list]) -> dict:
+    qc = {"quant_method": QUANT_METHOD, "format": FORMAT, "layers": dict(sorted(layers.items()))}
     patterns = {tuple(p) for p in layers.values()}
     if len(patterns) == 1:
         (qc["N"], qc["M"], qc["L"]), = patterns
-    state_dict = kwargs.pop("state_dict", None)
-    if state_dict is None:
-        state_dict = model.state_dict()
-    state_dict = dict(state_dict)
-    for fqn in layers:
-        values = state_dict[f"{fqn}.values"]
-        state_dict[f"{fqn}.weight"] = values.new_empty(0)  # the dense-loader trap (module docstring)
-    had = hasattr(config, "quantization_config")
-    previous = getattr(config, "quantization_config", None)
-    config.quantization_config = qc
-    try:
-        model.save_pretrained(save_directory, state_dict=state_dict, **kwargs)
-    finally:
-        if had:
-            config.quantization_config = previous
-        else:
-            del config.quantization_config
+    return qc
 
 
-def _read_state_dict(directory: str) -> Dict[str, torch.Tensor]:
-    from safetensors.torch import load_file
+def _checkpoint_keys(checkpoint_files) -> Optional[set]:
+    """The tensor names in the checkpoint's safetensors files (None for other formats)."""
+    from safetensors import safe_open
 
-    index = os.path.join(directory, "model.safetensors.index.json")
-    if os.path.exists(index):
-        with open(index) as f:
-            files = sorted(set(json.load(f)["weight_map"].values()))
-    elif os.path.exists(os.path.join(directory, "model.safetensors")):
-        files = ["model.safetensors"]
-    else:
-        raise FileNotFoundError(f"nmspmm.hf.from_pretrained: no model.safetensors (or shard index) "
-                                f"in {directory}")
-    state_dict: Dict[str, torch.Tensor] = {}
-    for name in files:
-        state_dict.update(load_file(os.path.join(directory, name)))
-    return state_dict
+    keys = set()
+    for path in checkpoint_files or []:
+        if not str(path).endswith(".safetensors"):
+            return None
+        with safe_open(str(path), "pt") as f:
+            keys.update(f.keys())
+    return keys
 
 
-def _model_class(config, model_cls):
-    if model_cls is not None:
-        return model_cls
+def _define():
+    """Define and register the config and quantizer classes (needs a supported transformers)."""
+    global NMSpmmConfig, NMSpmmHfQuantizer
+    from transformers.quantizers.auto import register_quantization_config, register_quantizer
+    from transformers.quantizers.base import HfQuantizer
+    from transformers.utils.quantization_config import QuantizationConfigMixin
+
+    class _Config(QuantizationConfigMixin):
+        """``quantization_config`` of an nmspmm checkpoint: the pattern of every sparse layer."""
+
+        def __init__(self, layers=None, format=FORMAT, N=None, M=None, L=None, **kwargs):
+            self.quant_method = QUANT_METHOD
+            self.format = int(format)
+            self.layers = {str(k): [int(v) for v in p] for k, p in (layers or {}).items()}
+            for fqn, p in self.layers.items():
+                if len(p) != 3:
+                    raise ValueError(f"nmspmm: quantization_config.layers[{fqn!r}] must be [N, M, L], got {p}")
+            if self.format != FORMAT:
+                raise ValueError(f"nmspmm: checkpoint format {self.format} is not supported (this nmspmm "
+                                 f"reads format {FORMAT}); upgrade nmspmm")
+            if N is not None:
+                self.N, self.M, self.L = int(N), int(M), int(L)
+            for k in kwargs:
+                if k != "quant_method":
+                    raise ValueError(f"nmspmm: unknown quantization_config field {k!r}")
+
+        def to_dict(self):
+            return _config_dict(self.layers)
+
+    class _Quantizer(HfQuantizer):
+        """Loads and saves ``NMLinear`` layers. Only pre-sparsified checkpoints load (pruning
+        needs ``nmspmm.sparsify_``, with calibration data for a usable model)."""
+
+        requires_calibration = True
+
+        def _process_model_before_weight_loading(self, model, checkpoint_files=None, **kwargs):
+            layers = self.quantization_config.layers
+            keys = _checkpoint_keys(checkpoint_files)
+            problems = []
+            for fqn, (N, M, L) in layers.items():
+                try:
+                    linear = model.get_submodule(fqn)
+                except AttributeError:
+                    problems.append(f"{fqn}: no such module in {type(model).__name__}")
+                    continue
+                if not isinstance(linear, nn.Linear):
+                    problems.append(f"{fqn}: {type(linear).__name__} is not nn.Linear")
+                    continue
+                needed = ["values", "indices"] + (["bias"] if linear.bias is not None else [])
+                missing = [f"{fqn}.{t}" for t in needed if keys is not None and f"{fqn}.{t}" not in keys]
+                if missing:
+                    problems.append(f"{fqn}: the checkpoint lacks {', '.join(missing)}")
+                    continue
+                new = NMLinear(linear.in_features, linear.out_features, N, M, L,
+                               bias=linear.bias is not None, device=linear.weight.device,
+                               dtype=linear.weight.dtype)
+                parent, _, leaf = fqn.rpartition(".")
+                setattr(model.get_submodule(parent) if parent else model, leaf, new)
+            if problems:
+                raise ValueError("nmspmm: this checkpoint does not fit the model: " + "; ".join(problems))
+            # The zero-size markers of a dense loader's trap are not part of the sparse model.
+            ignore = set(model._keys_to_ignore_on_load_unexpected or ())
+            ignore.update(re.escape(f"{fqn}.weight") + "$" for fqn in layers)
+            model._keys_to_ignore_on_load_unexpected = ignore
+            return model
+
+        def _process_model_after_weight_loading(self, model, **kwargs):
+            for fqn, layer in model.named_modules():
+                if isinstance(layer, NMLinear):
+                    if layer.values.is_meta or layer.indices.is_meta:
+                        raise ValueError(f"nmspmm: {fqn} was not loaded from the checkpoint")
+                    layer.rebuild_metadata()  # every index < M and ascending, or a clear error
+            return model
+
+        def get_state_dict_and_metadata(self, model):
+            layers = _layers(model)
+            self.quantization_config.layers = {k: list(v) for k, v in layers.items()}
+            state_dict = dict(model.state_dict())
+            for fqn in layers:
+                state_dict[f"{fqn}.weight"] = state_dict[f"{fqn}.values"].new_empty(0)
+            return state_dict, {}
+
+        def is_serializable(self, safe_serialization=None):
+            return True
+
+        @property
+        def is_trainable(self):
+            return False  # the sparse weight is frozen; x and bias take gradients
+
+        @property
+        def is_compileable(self):
+            return True
+
+    _Config.__name__ = _Config.__qualname__ = "NMSpmmConfig"
+    _Quantizer.__name__ = _Quantizer.__qualname__ = "NMSpmmHfQuantizer"
+    register_quantization_config(QUANT_METHOD)(_Config)
+    register_quantizer(QUANT_METHOD)(_Quantizer)
+    NMSpmmConfig, NMSpmmHfQuantizer = _Config, _Quantizer
+
+
+def _register() -> None:
+    """Called by ``import nmspmm``: registers the quantizer where transformers is installed."""
+    global _problem
+    if importlib.util.find_spec("transformers") is None:
+        _problem = "transformers is not installed"
+        return
     import transformers
 
-    for arch in getattr(config, "architectures", None) or []:
-        cls = getattr(transformers, arch, None)
-        if cls is not None:
-            return cls
-    return transformers.AutoModelForCausalLM
+    version = _version_tuple(transformers.__version__)
+    lo, hi = SUPPORTED_TRANSFORMERS
+    if not (lo <= version < hi):
+        _problem = (f"transformers {transformers.__version__} is not supported by nmspmm's Hugging Face "
+                    f"checkpoints (needs >= {lo[0]}.{lo[1]}, < {hi[0]}.{hi[1]}: its HfQuantizer "
+                    "extension point differs); install a supported transformers")
+        return
+    try:
+        _define()
+    except (ImportError, AttributeError, TypeError) as e:
+        _problem = (f"transformers {transformers.__version__} lacks the HfQuantizer extension point "
+                    f"nmspmm uses ({e})")
 
 
-@torch.no_grad()
-def from_pretrained(directory: str, *, model_cls=None, device: Optional[str] = None,
-                    strict: bool = True) -> nn.Module:
-    """Load a checkpoint written by :func:`save_pretrained` as a sparse model (eval mode).
+def check_transformers() -> None:
+    """Raise if sparse transformers models cannot save and load on this installation."""
+    if _problem is not None:
+        raise RuntimeError(f"nmspmm: {_problem}")
 
-    ``directory`` is a local folder. ``model_cls`` defaults to the class named in the config's
-    ``architectures`` (else ``AutoModelForCausalLM``). The model is built from its config in the
-    saved dtype, the recorded layers become empty ``NMLinear`` modules, and the saved tensors are
-    loaded with ``load_state_dict`` (``strict`` as given; weights tied to another module, like a
-    tied ``lm_head``, need no entry). ``device`` moves the model after loading.
-    """
-    from transformers import AutoConfig
 
-    config = AutoConfig.from_pretrained(directory)
-    qc = getattr(config, "quantization_config", None)
+def attach(model: nn.Module) -> nn.Module:
+    """Make a transformers model holding ``NMLinear`` layers save as an nmspmm checkpoint:
+    ``config.quantization_config`` and ``model.hf_quantizer`` (``sparsify_`` calls it). The layer
+    list is refreshed on every save."""
+    check_transformers()
+    layers = _layers(model)
+    quantizer = getattr(model, "hf_quantizer", None)
+    if quantizer is not None and not isinstance(quantizer, NMSpmmHfQuantizer):
+        raise ValueError(f"nmspmm: the model is already quantized with "
+                         f"{quantizer.quantization_config.quant_method}; nmspmm cannot sparsify it")
+    config = NMSpmmConfig(layers=layers)
+    model.config.quantization_config = config
+    model.hf_quantizer = NMSpmmHfQuantizer(config, pre_quantized=True)
+    model.quantization_method = QUANT_METHOD
+    return model
+
+
+def save_pretrained(model: nn.Module, save_directory: str, **kwargs) -> None:
+    """``model.save_pretrained(save_directory, **kwargs)`` after checking that the model holds
+    ``NMLinear`` layers (the same route; kept for code written against it)."""
+    if not _layers(model):
+        raise ValueError("nmspmm.hf.save_pretrained: the model has no NMLinear layer; "
+                         "use model.save_pretrained for a dense model")
+    if not hasattr(model, "save_pretrained") or getattr(model, "config", None) is None:
+        raise TypeError("nmspmm.hf.save_pretrained: expects a transformers PreTrainedModel")
+    if not isinstance(getattr(model, "hf_quantizer", None), NMSpmmHfQuantizer or ()):
+        attach(model)
+    model.save_pretrained(save_directory, **kwargs)
+
+
+def from_pretrained(directory: str, *, model_cls=None, device: Optional[str] = None, **kwargs) -> nn.Module:
+    """``AutoModelForCausalLM.from_pretrained(directory, **kwargs)`` (or ``model_cls``) after
+    checking that ``directory`` is an nmspmm checkpoint; ``device`` moves the model after loading."""
+    check_transformers()
+    path = os.path.join(directory, "config.json")
+    qc = json.load(open(path)).get("quantization_config") if os.path.exists(path) else None
     if not isinstance(qc, dict) or qc.get("quant_method") != QUANT_METHOD:
         raise ValueError(f"nmspmm.hf.from_pretrained: {directory} is not an nmspmm checkpoint "
                          "(config.json has no quantization_config with quant_method 'nmspmm'); "
                          "load a dense checkpoint with transformers' from_pretrained")
-    if int(qc.get("format", 0)) != FORMAT:
-        raise ValueError(f"nmspmm.hf.from_pretrained: checkpoint format {qc.get('format')!r} is not "
-                         f"supported (this nmspmm reads format {FORMAT})")
-    layers = {fqn: tuple(int(v) for v in p) for fqn, p in qc["layers"].items()}
-    del config.quantization_config  # the model is built dense, then swapped below
+    if model_cls is None:
+        from transformers import AutoModelForCausalLM as model_cls
+    model = model_cls.from_pretrained(directory, **kwargs)
+    return model.to(device) if device is not None else model
 
-    state_dict = _read_state_dict(directory)
-    for fqn in layers:
-        marker = state_dict.pop(f"{fqn}.weight", None)
-        if marker is not None and marker.numel() != 0:
-            raise ValueError(f"nmspmm.hf.from_pretrained: {fqn}.weight holds data in a sparse checkpoint")
-    dtypes = {state_dict[f"{fqn}.values"].dtype for fqn in layers if f"{fqn}.values" in state_dict}
-    dtype = dtypes.pop() if len(dtypes) == 1 else torch.float32
 
-    model = _model_class(config, model_cls)._from_config(config)
-    model.to(dtype)
-    for pattern in sorted(set(layers.values())):
-        sparsify_(model, *pattern, filter_fn=lambda m, fqn, p=pattern: layers.get(fqn) == p, empty=True)
-    built = _sparse_layers(model)
-    if set(built) != set(layers):
-        missing = sorted(set(layers) - set(built))
-        raise ValueError(f"nmspmm.hf.from_pretrained: could not rebuild sparse layers {missing} "
-                         "(not nn.Linear in this model class, or tied to another module)")
-
-    result = model.load_state_dict(state_dict, strict=False)
-    if strict:
-        # A missing key is fine only for a parameter that another, loaded name shares (tied).
-        names_of: Dict[int, set] = {}
-        for name, t in list(model.named_parameters(remove_duplicate=False)) + \
-                list(model.named_buffers(remove_duplicate=False)):
-            names_of.setdefault(id(t), set()).add(name)
-        by_name = dict(model.named_parameters(remove_duplicate=False))
-        missing = [k for k in result.missing_keys
-                   if not (k in by_name and (names_of[id(by_name[k])] - {k}) & state_dict.keys())]
-        if missing or result.unexpected_keys:
-            raise RuntimeError(f"nmspmm.hf.from_pretrained: checkpoint does not match the model: "
-                               f"missing {missing}, unexpected {list(result.unexpected_keys)}")
-    model.eval()
-    if device is not None:
-        model.to(device)
-    return model
+_register()

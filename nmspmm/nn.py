@@ -19,6 +19,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import sys
 import warnings
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
@@ -195,7 +196,11 @@ class NMLinear(nn.Module):
                              self.out_features], dtype=torch.int64)
 
     def set_extra_state(self, state) -> None:
-        pass  # checked, with everything else, before anything is loaded (_load_from_state_dict)
+        # load_state_dict checks it with everything else before anything is loaded
+        # (_load_from_state_dict); loaders that set it directly (transformers) are checked here.
+        problem = self._check_extra_state(state, "_extra_state")
+        if problem:
+            raise ValueError(problem)
 
     def _check_extra_state(self, state, key: str) -> Optional[str]:
         if not isinstance(state, torch.Tensor) or state.dtype != torch.int64 or tuple(state.shape) != (6,):
@@ -450,8 +455,12 @@ def sparsify_(model: nn.Module, N: int, M: int, L: int,
     pattern of None keeps that layer dense. Other keyword arguments go to
     ``nmspmm.pruning.prune_linears`` (sequential, permute, blocksize, percdamp, device, progress).
     """
-    from . import pruning
+    from . import hf, pruning
     _check_pattern(N, M, L)
+    transformers = sys.modules.get("transformers")
+    hf_model = transformers is not None and isinstance(model, transformers.PreTrainedModel)
+    if hf_model:
+        hf.check_transformers()  # before anything changes: the model must save as it loads
     if method is None:
         method = "sparsegpt" if calibration is not None else "magnitude"
     if method not in pruning.METHODS:
@@ -536,6 +545,8 @@ def sparsify_(model: nn.Module, N: int, M: int, L: int,
                       f"{listing}", stacklevel=2)
     report.model_bytes_after = _tensor_bytes(model)
     model._nmspmm_report = report
+    if hf_model:
+        hf.attach(model)  # model.save_pretrained writes an nmspmm checkpoint (nmspmm/hf.py)
     logger.info("%s", report)
     for r in report.swapped:
         logger.debug("nmspmm.sparsify_: %s [%d -> %d] %d B -> %d B", r.fqn, r.in_features,
