@@ -7,8 +7,8 @@
    without internet works). Otherwise the environment is new and torch is installed: the CUDA
    build (``torch``) where ``nvidia-smi`` sees a GPU, else ``torch==2.13.0`` (override the choice
    with NMSPMM_TORCH, e.g. ``NMSPMM_TORCH="torch==2.13.0 --index-url <url>"``).
-2. The test and Llama extras, only those missing: pytest, numpy, hypothesis, transformers,
-   safetensors, tqdm (and setuptools, wheel, ninja to build).
+2. The test and Llama extras, only those missing: pytest, numpy, hypothesis, transformers (5.17 to 5.x),
+   accelerate, safetensors, tqdm (and setuptools, wheel, ninja to build).
 3. Builds nmspmm in place (``pip install --no-build-isolation -e .``) against that torch; setup.py
    chooses CUDA or CPU-only on evidence and prints one line saying why (NMSPMM_BUILD_CUDA=0/1 to
    force). MAX_JOBS defaults to the number of cores. The full build log is build/install.log.
@@ -29,10 +29,12 @@ import venv
 ROOT = os.path.dirname(os.path.abspath(__file__))
 MIN_TORCH = (2, 6)
 CPU_TORCH = "torch==2.13.0"
+# The transformers releases whose HfQuantizer extension point nmspmm's checkpoints use (nmspmm/hf.py).
+TRANSFORMERS = "transformers>=5.17,<6"
 # (distribution, import name, needed for): the extras the tests and the Llama demo use.
 EXTRAS = [("pytest", "pytest", "tests"), ("numpy", "numpy", "tests"),
-          ("hypothesis", "hypothesis", "tests"), ("transformers>=4.45", "transformers", "demo"),
-          ("safetensors", "safetensors", "demo"), ("tqdm", "tqdm", "demo"),
+          ("hypothesis", "hypothesis", "tests"), (TRANSFORMERS, "transformers", "demo"),
+          ("accelerate", "accelerate", "demo"), ("safetensors", "safetensors", "demo"), ("tqdm", "tqdm", "demo"),
           ("setuptools>=64", "setuptools", "build"), ("ninja", "ninja", "build")]
 
 START = time.time()
@@ -159,7 +161,7 @@ def install_extras(py):
     missing = []
     for dist, name, _ in EXTRAS:
         have = info.get(name)
-        if have is None or (dist == "transformers>=4.45" and version_tuple(have) < (4, 45)) \
+        if have is None or (dist == TRANSFORMERS and not (5, 17) <= version_tuple(have) < (6,)) \
                 or (name == "setuptools" and version_tuple(have) < (64,)):
             missing.append((dist, name))
     st = info.get("setuptools")
