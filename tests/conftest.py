@@ -126,6 +126,41 @@ def ref_decompress_loops(values, indices, N, M, L):
     return dense.to(values.device)
 
 
+def ref_prune(weight, N, M, L):
+    """The vector-wise N:M magnitude mask of docs/format.md, bool [out, in], from the dense weight
+    alone: per (window of M inputs, vector of L outputs) the score of a position is its squared L2
+    norm over the L rows, accumulated in float64 in row order; the N largest are kept, ties to the
+    lower position (a stable descending sort)."""
+    out, inp = weight.shape
+    w = weight.detach().double().reshape(out // L, L, inp // M, M)
+    norms = torch.zeros(out // L, inp // M, M, dtype=torch.float64, device=weight.device)
+    for r in range(L):
+        norms += w[:, r] * w[:, r]
+    top = torch.sort(norms, dim=-1, descending=True, stable=True).indices[..., :N]
+    keep = torch.zeros_like(norms, dtype=torch.bool).scatter_(-1, top, True)
+    return keep[:, None].expand(out // L, L, inp // M, M).reshape(out, inp)
+
+
+def ref_pruned_dense64(weight, N, M, L, mask=None):
+    """float64 dense weight [out, in] times its mask (ref_prune's unless given): what a compressed
+    weight must decompress to, computed without any nmspmm op."""
+    mask = ref_prune(weight, N, M, L) if mask is None else mask
+    return weight.detach().double() * mask
+
+
+def ref_linear64(x, weight, N, M, L, bias=None, mask=None):
+    """float64 x @ (W * mask).T (+ bias) from the original dense weight, and the scale
+    |x| @ |W * mask|.T (+ |bias|) for absolute tolerances (as ref_spmm64)."""
+    dense = ref_pruned_dense64(weight, N, M, L, mask)
+    x2 = x.detach().double().reshape(-1, x.shape[-1])
+    y = x2 @ dense.t()
+    scale = (x2.abs() @ dense.abs().t()).max().item() if y.numel() else 0.0
+    if bias is not None:
+        y = y + bias.detach().double()
+        scale += bias.detach().double().abs().max().item() if bias.numel() else 0.0
+    return y.reshape(*x.shape[:-1], weight.shape[0]), max(scale, 1e-30)
+
+
 def ref_spmm64(x, values, indices, N, M, L, bias=None):
     """float64 x @ decompress(W).T (+ bias), and the scale |x| @ |W|.T (the largest partial-sum
     magnitude, used to set absolute tolerances)."""
@@ -160,4 +195,5 @@ def nm():
     return types.SimpleNamespace(
         random_indices=random_indices, random_packed=random_packed, ref_columns=ref_columns,
         ref_decompress=ref_decompress, ref_decompress_loops=ref_decompress_loops,
-        ref_spmm64=ref_spmm64, assert_close_to_ref=assert_close_to_ref, CUDA_OK=CUDA_OK)
+        ref_spmm64=ref_spmm64, assert_close_to_ref=assert_close_to_ref, ref_prune=ref_prune,
+        ref_pruned_dense64=ref_pruned_dense64, ref_linear64=ref_linear64, CUDA_OK=CUDA_OK)

@@ -769,6 +769,8 @@ def test_cuda_graph_forced_split_k(plan):
         g.replay()
         torch.cuda.synchronize()
         assert torch.equal(static_y, run_plan(w, new_x, kernel, split_k, w.bias))
+        ref, scale = w.reference(new_x, w.bias)
+        check(static_y, ref, scale)
 
 
 class LinearThenSpmm(nn.Module):
