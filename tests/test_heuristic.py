@@ -144,13 +144,14 @@ def test_heuristic_empty_problems():
 
 
 def test_heuristic_half_precision_plans_the_fp32_fallback():
-    # No native 16-bit kernel in the registry yet: a float16 / bfloat16 problem runs the fp32 kernels
-    # on upcast inputs, so its plan is the float32 plan.
-    if any(INFO[k].dtype != "float32" for k in KERNELS):
-        pytest.skip("the registry has native 16-bit kernels")
-    for m, (N, M), cc in itertools.product((1, 8, 64, 4096), ((16, 32), (4, 32), (2, 4)), (80, 90)):
+    # Where no native 16-bit kernel covers the call (the decode range, m <= 16, with L < 16: the
+    # support matrix's "everything else"), a float16 / bfloat16 problem runs the fp32 kernels on
+    # upcast inputs, so its plan is the float32 plan.
+    for m, (N, M), L, cc in itertools.product((1, 2, 8, 16), ((16, 32), (4, 32), (2, 4)), (1, 2, 4, 8), (80, 90)):
         for dtype in (torch.float16, torch.bfloat16):
-            assert plan(m, 4096, 4096, N, M, 32, cc=cc, dtype=dtype) == plan(m, 4096, 4096, N, M, 32, cc=cc)
+            kernel, split_k = plan(m, 4096, 4096, N, M, L, cc=cc, dtype=dtype)
+            assert INFO[kernel].dtype == "float32", (m, N, M, L, cc, dtype, kernel)
+            assert (kernel, split_k) == plan(m, 4096, 4096, N, M, L, cc=cc), (m, N, M, L, cc, dtype)
 
 
 def test_heuristic_compute_capability():
@@ -245,8 +246,9 @@ def test_heuristic_generic_for_short_vectors():
 
 
 def test_heuristic_never_picks_packing_kernels():
-    # The packing kernels need col_info and measure slower than the non-packing ones on H100 at
-    # every point of benchmarks/results/h100/plan_sweep.csv: the heuristic does not pick them.
+    # The packing kernels need col_info, which compress and NMLinear do not build; no committed
+    # measurement has them faster than the heuristic's plans (plan_sweep.csv times only the tiled and
+    # warp-packed kernels), so the heuristic does not pick them.
     for m, (N, M), L in itertools.product(MS, PATTERNS, (16, 32, 64, 128)):
         assert plan(m, 4096, 4096, N, M, L)[0] not in PACKED
 
@@ -296,7 +298,7 @@ def test_heuristic_warp_packed_full_grid_takes_128x128():
     assert plan(4096, 4096, 4096, 4, 32, 32) == ("producer_f32_128x256_sm90a", 1)
     # Small m: a smaller tile or a split fills the GPU.
     kernel, split = plan(64, 4096, 4096, 4, 32, 32)
-    assert kernel in (19, 20) or split > 1
+    assert INFO[kernel].tile_m < 128 or split > 1, (kernel, split)
 
 
 def tiles_128x256(m, n):
@@ -317,12 +319,6 @@ def test_heuristic_tail_split_only_on_multi_round_grids_with_a_partial_last_roun
             assert t > sms and t % sms > 0 and split > 1, (sms, m, n, k, N, split)
     # 2048x11008x4096 on 132 SMs: 688 tiles, 5 rounds and a last one of 28 tiles.
     assert plan(2048, 11008, 4096, 16, 32, 32)[0] == TAIL
-
-
-def test_heuristic_is_deterministic():
-    for args in itertools.product((1, 64, 4096), ((4096, 4096), (11008, 4096)), PATTERNS[:4], (1, 32)):
-        m, (n, k), (N, M), L = args
-        assert plan(m, n, k, N, M, L) == plan(m, n, k, N, M, L)
 
 
 def test_heuristic_tiny_problems():
