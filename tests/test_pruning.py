@@ -17,8 +17,9 @@ from torch import nn  # noqa: E402
 import nmspmm  # noqa: E402
 from nmspmm import NMLinear, pruning  # noqa: E402
 from nmspmm import permute as P  # noqa: E402
+from conftest import ref_pruned_dense64  # noqa: E402
 
-transformers = pytest.importorskip("transformers")
+import transformers  # noqa: E402,F401  (a test dependency: its absence is an error, not a skip)
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
 
@@ -114,11 +115,33 @@ def test_sparsify_calibrated_end_to_end(method):
         assert_vw_nm(m.to_dense() != 0, *want)
     stats = model._nmspmm_prune_stats
     assert stats.method == method and stats.tokens == 4 * 32
-    # The pruned model still computes something close to the dense model on random tokens.
-    y, y0 = logits(model, ids), logits(dense, ids)
-    assert torch.isfinite(y).all()
-    rel = float((y - y0).norm() / y0.norm())
-    assert rel < 1.0, rel
+    assert torch.isfinite(logits(model, ids)).all()
+    # What calibration buys, layer by layer: on the inputs each layer sees in the pruned model
+    # (those it was calibrated on, pruned sequentially), its output error against the dense layer,
+    # ||X (W - W_pruned)^T||^2 / ||X W^T||^2, beside magnitude pruning's (the mask of
+    # tests/conftest.py on the dense weight). SparseGPT minimises this error: every layer is below
+    # magnitude's. Wanda's score is a proxy of it: no layer above magnitude's by more than 1 %
+    # (on layer 0's q projection, where the input norms are near uniform, they coincide), the sum
+    # below.
+    inputs = {n: [] for n in layers}
+    hooks = [m.register_forward_pre_hook(lambda mod, a, n=n: inputs[n].append(a[0].reshape(-1, a[0].shape[-1])))
+             for n, m in layers.items()]
+    with torch.no_grad():
+        for c in cal:
+            model(c, use_cache=False)
+    for h in hooks:
+        h.remove()
+    dense_mods = dict(dense.named_modules())
+    errs, mag_errs = {}, {}
+    for n, m in layers.items():
+        X, W = torch.cat(inputs[n]).double(), dense_mods[n].weight.detach().double()
+        ref = ((X @ W.T) ** 2).sum()
+        errs[n] = float(((X @ (W - m.to_dense().double()).T) ** 2).sum() / ref)
+        mag_errs[n] = float(((X @ (W - ref_pruned_dense64(W, m.N, m.M, m.L)).T) ** 2).sum() / ref)
+    for n in layers:
+        bound = mag_errs[n] if method == "sparsegpt" else 1.01 * mag_errs[n]
+        assert errs[n] < bound, (n, errs[n], mag_errs[n])
+    assert sum(errs.values()) < sum(mag_errs.values()), (errs, mag_errs)
 
 
 def test_sparsify_method_needs_calibration():
