@@ -50,11 +50,40 @@ def pytest_terminal_summary(terminalreporter):
     """One line that explains the CUDA skips (thousands on a machine without a GPU)."""
     skipped = terminalreporter.stats.get("skipped", [])
     cuda = sum(1 for r in skipped if "needs a CUDA GPU" in _skip_reason(r))
+    if _OTHER_SKIPS and os.environ.get("NMSPMM_NO_SKIPS") == "1":
+        terminalreporter.write_line(f"nmspmm: FAIL: {len(_OTHER_SKIPS)} skip(s) not for a missing GPU "
+                                    "(NMSPMM_NO_SKIPS=1):", red=True)
+        for line in _OTHER_SKIPS[:20]:
+            terminalreporter.write_line(f"  {line}")
     if cuda:
         terminalreporter.write_line(
             f"nmspmm: {cuda} of the {len(skipped)} skipped tests need a CUDA GPU and nmspmm built with "
             f"CUDA kernels (here torch.cuda.is_available()={torch.cuda.is_available()}, "
             f"nmspmm.cuda_kernels_built()={nmspmm.cuda_kernels_built()}); they run on a GPU machine.")
+
+
+# NMSPMM_NO_SKIPS=1 (set by .ci/run): a test or a test file skipped for any reason other than the
+# missing GPU fails the run (a missing test dependency must not shrink the suite silently).
+_OTHER_SKIPS = []
+
+
+def _note_skip(report):
+    if report.skipped and "needs a CUDA GPU" not in _skip_reason(report):
+        _OTHER_SKIPS.append(f"{report.nodeid}: {_skip_reason(report)}")
+
+
+def pytest_collectreport(report):
+    _note_skip(report)
+
+
+def pytest_runtest_logreport(report):
+    if not hasattr(report, "wasxfail"):
+        _note_skip(report)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if os.environ.get("NMSPMM_NO_SKIPS") == "1" and _OTHER_SKIPS and exitstatus == 0:
+        session.exitstatus = 1
 
 
 def pytest_report_header(config):

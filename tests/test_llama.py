@@ -18,7 +18,7 @@ import nmspmm  # noqa: E402
 from nmspmm import NMLinear, sparsify_, sparsify_report  # noqa: E402
 from nmspmm.nn import DEFAULT_TARGETS, sparse_metadata  # noqa: E402
 
-transformers = pytest.importorskip("transformers")
+import transformers  # noqa: E402,F401  (a test dependency: its absence is an error, not a skip)
 from transformers import LlamaConfig, LlamaForCausalLM, StaticCache  # noqa: E402
 
 CUDA_OK = torch.cuda.is_available() and nmspmm.cuda_kernels_built()
@@ -187,7 +187,7 @@ def test_static_cache_decode_matches_dense_and_rewinds(base, ids):
 # -------------------------------------------------------------------- (c) serialization
 @pytest.mark.parametrize("N,M,L", [(16, 32, 32), (2, 8, 16)], ids=["16:32-L32", "2:8-L16"])
 def test_save_reload_roundtrip(base, ids, tmp_path, N, M, L):
-    safetensors = pytest.importorskip("safetensors.torch")
+    import safetensors.torch as safetensors
     sparse = sparsify_(copy.deepcopy(base), N, M, L)
     expected = logits(sparse, ids)
     sd = sparse.state_dict()

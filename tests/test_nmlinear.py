@@ -221,7 +221,7 @@ def test_state_dict_roundtrip_into_empty_layer():
 
 
 def test_safetensors_roundtrip(tmp_path):
-    safetensors = pytest.importorskip("safetensors.torch")
+    import safetensors.torch as safetensors
     N, M, L = 2, 8, 16
     model = nn.Sequential()
     model.add_module("q_proj", NMLinear.from_dense(make_linear(bias=False), N, M, L))

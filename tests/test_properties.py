@@ -14,7 +14,7 @@ import torch
 import nmspmm
 from nmspmm.nn import NMLinear
 
-hypothesis = pytest.importorskip("hypothesis")
+import hypothesis  # noqa: E402,F401  (a test dependency: its absence is an error, not a skip)
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 

@@ -12,7 +12,7 @@ import sys
 import pytest
 import torch
 
-transformers = pytest.importorskip("transformers")
+import transformers  # noqa: E402,F401  (a test dependency: its absence is an error, not a skip)
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
 import quality as Q  # noqa: E402
 
