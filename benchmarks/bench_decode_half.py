@@ -22,6 +22,11 @@ stream time ("bound") the speedup a cell can reach.
 Weights are cycled past L2: each timed sequence calls the op on as many weight copies as make up
 256 MB (at least 2), captured in one CUDA graph; the time is the median over replays, per call.
 
+Before a cell is timed, nmspmm's output on its first and last weight copy is checked against a
+float64 reference built in plain torch from the values and indices (common.check_output: rtol =
+finfo(dtype).eps, atol = 1e-4 max(|x| @ |W|^T)), in both dtypes, in the decode rows and in both
+m-sweeps (with and without the decode kernels); a mismatch stops the run with exit status 1.
+
     python benchmarks/bench_decode_half.py                 # both tables -> benchmarks/results/...
     python benchmarks/bench_decode_half.py --quick         # m = 1, 16; N = 16, 4; bf16
     python benchmarks/bench_decode_half.py --no-sweep
@@ -59,6 +64,17 @@ def random_compressed(copies, n, k, N, M, L, dtype):
     pos = torch.rand(G, V, M, device="cuda").argsort(dim=-1)[..., :N].sort(dim=-1).values
     ind = pos.permute(0, 2, 1).reshape(G * N, V).to(torch.uint8)
     return values, ind.unsqueeze(0).expand(copies, -1, -1).contiguous()
+
+
+def reference64(x, values, indices, N, M, L):
+    """float64 x @ W^T for one compressed weight (plain-torch scatter of the format, no nmspmm op),
+    and the scale max(|x| @ |W|^T) of common.check_output."""
+    w, n = values.shape
+    cols = (torch.arange(w, device=values.device) // N * M)[:, None] + indices.long().repeat_interleave(L, dim=1)
+    dense_t = torch.zeros(w // N * M, n, dtype=torch.float64, device=values.device)
+    dense_t.scatter_(0, cols, values.double())
+    xd = x.double()
+    return xd @ dense_t, (xd.abs() @ dense_t.abs()).max().item()
 
 
 def warm_up(seconds=1.0):
@@ -133,6 +149,11 @@ def sparse_times(dtype, n, k, N, M, L, m, eager):
     values, ind = random_compressed(copies, n, k, N, M, L, dtype)
     x = torch.randn(m, k, device="cuda").to(dtype)
     ops = torch.ops.nmspmm
+    for i in (0, copies - 1):
+        ref, scale = reference64(x, values[i], ind[i], N, M, L)
+        common.check_output(ops.spmm(x, values[i], ind[i], N, M, L), ref, scale,
+                            f"{dtype} {n}x{k} {N}:{M} L={L} m={m} (weight copy {i})")
+        del ref
     fns = [lambda i=i: ops.spmm(x, values[i], ind[i], N, M, L) for i in range(copies)]
     out = (time_graph(fns), time_eager(fns) if eager else float("nan"), comp)
     del values, ind

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import datetime as _dt
+import hashlib
 import json
 import math
 import os
@@ -112,16 +113,58 @@ def log(msg: str) -> None:
     sys.stdout.flush()
 
 
+# ------------------------------------------------------------------------------------ output checks
+class OutputMismatch(RuntimeError):
+    """A benchmark row whose output does not match its reference: the run stops."""
+
+
+# The tolerances of the GPU tests (tests/test_cuda_kernels.py): fp32 |y - ref| <= 1e-4 |ref| +
+# 1e-4 scale elementwise and ||y - ref|| / ||ref|| < 1e-5; fp16 / bf16 (inputs already in the dtype:
+# fp32 accumulation, one rounding of the output) rtol = finfo(dtype).eps, atol = 1e-4 scale. scale
+# is max(|x| @ |W|^T), the largest partial sum.
+def check_output(y, ref, scale: float, what: str) -> float:
+    """Checks y against its float64 reference before the row is timed; raises OutputMismatch (a
+    NaN anywhere fails). Returns the relative Frobenius error."""
+    import torch
+
+    yd = y.detach().to(torch.float64)
+    if yd.shape != ref.shape:
+        raise OutputMismatch(f"{what}: output shape {tuple(yd.shape)} != reference {tuple(ref.shape)}")
+    if y.dtype == torch.float32:
+        rtol, atol, rel_bound = 1e-4, 1e-4 * scale, 1e-5
+    else:
+        rtol, atol, rel_bound = torch.finfo(y.dtype).eps, 1e-4 * scale, None
+    diff = (yd - ref).abs()
+    bad = ~(diff <= atol + rtol * ref.abs())  # NaN compares false: counted as bad
+    den = ref.norm().item()
+    rel = (yd - ref).norm().item() / den if den > 0 else (yd - ref).norm().item()
+    if bool(bad.any()) or (rel_bound is not None and not rel < rel_bound):
+        raise OutputMismatch(f"{what}: output MISMATCH against the float64 reference: {int(bad.sum())} of "
+                             f"{bad.numel()} elements outside |y - ref| <= {rtol:.1e} |ref| + {atol:.2e}, "
+                             f"relative Frobenius error {rel:.3e}")
+    return rel
+
+
 # ------------------------------------------------------------------------------------ environment
 def git_revision(path: str = REPO_ROOT) -> Dict[str, object]:
+    """The tree a run measures: HEAD's commit (`git rev-parse HEAD`), the tree hash of its csrc/
+    (`git rev-parse HEAD:csrc`, which names the library code whatever the commit), whether tracked
+    files differ from HEAD (dirty) and whether csrc/ does (csrc_dirty), and, when dirty, the
+    files that differ and a sha256 of `git diff HEAD` (the same hash means the same edits)."""
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=path, capture_output=True, text=True, timeout=30).stdout
     try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=path, capture_output=True, text=True,
-                             timeout=10).stdout.strip() or "unknown"
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=path,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-        return {"sha": sha, "dirty": bool(dirty)}
+        sha = git("rev-parse", "HEAD").strip() or "unknown"
+        csrc = git("rev-parse", "HEAD:csrc").strip() or "unknown"
+        changed = [line[3:] for line in git("status", "--porcelain", "--untracked-files=no").splitlines()]
+        out: Dict[str, object] = {"sha": sha, "csrc_tree": csrc, "dirty": bool(changed),
+                                  "csrc_dirty": any(f.startswith("csrc/") for f in changed)}
+        if changed:
+            out["changed_files"] = changed[:50]
+            out["diff_sha256"] = hashlib.sha256(git("diff", "HEAD").encode()).hexdigest()
+        return out
     except (OSError, subprocess.SubprocessError):
-        return {"sha": "unknown", "dirty": None}
+        return {"sha": "unknown", "csrc_tree": "unknown", "dirty": None, "csrc_dirty": None}
 
 
 def _nvsmi_id(device_index: int) -> str:
