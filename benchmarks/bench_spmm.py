@@ -95,6 +95,16 @@ def parse_kernels(text: str) -> List[Variant]:
             continue
         if tok == "auto":
             v = Variant("auto")
+        elif tok.startswith("family="):
+            # Every registry kernel of one family, each with its best split-K (e.g. family=packed).
+            fam = tok.partition("=")[2]
+            import nmspmm
+
+            members = [k for k in nmspmm.kernels() if nmspmm.kernel_info(k).family == fam]
+            if not members:
+                raise ValueError(f"--kernel: no registry kernel of family {fam!r}")
+            out += [v for v in (Variant(f"{k}:best", k, -1) for k in members) if v not in out]
+            continue
         else:
             kernel, _, split = tok.partition(":")
             names = registry_kernels()
@@ -133,8 +143,10 @@ def build_parser() -> argparse.ArgumentParser:
                          "kernels where they cover the call, else are upcast inside the op)")
     ap.add_argument("--kernel", default="auto",
                     help="comma list: auto (heuristic), a registry kernel name (nmspmm.kernels()), "
-                         "name:split or name:best (sweep split-K 1..16); e.g. auto,packed_f32_128x128,"
-                         "tiled_f32_32x128:4")
+                         "name:split or name:best (sweep split-K 1..16), family=NAME (every kernel of a "
+                         "registry family, each name:best); e.g. auto,packed_f32_128x128,tiled_f32_32x128:4 "
+                         "or auto,family=packed (the packing kernels against the heuristic's plans; "
+                         "make_table.py prints the comparison)")
     ap.add_argument("--compare-paths", action="store_true",
                     help="also time the packed and the non-packed kernel of the heuristic's tile size")
     ap.add_argument("--quick", action="store_true", help="small subset, < 3 min")

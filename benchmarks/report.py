@@ -173,7 +173,48 @@ def summarize(rows: List[Dict], env: Dict, variant: Optional[str] = None,
             paths[pat] = {"n": len(ratios), "geomean_tiled_over_packed": geomean(ratios),
                           "packed_faster_frac": sum(x > 1 for x in ratios) / len(ratios)}
     out["paths"] = paths
+    out["families_vs_auto"] = families_vs_auto(rows)
     return out
+
+
+def families_vs_auto(rows: List[Dict]) -> "OrderedDict[str, Dict]":
+    """For kernels forced with --kernel NAME:best (e.g. family=packed), per (family, dtype, pattern):
+    the best of the family's kernels at each point against the heuristic's plan (variant auto) at the
+    same point. ratio = t_auto / t_best_of_family (> 1: the family is faster than the plan taken)."""
+    auto = {(r.get("dtype", "fp32"), r["pattern"], int(r["m"]), int(r["n"]), int(r["k"])): _f(r.get("ms"))
+            for r in rows if r.get("impl") == "nmspmm" and r.get("variant") == "auto" and r.get("status") == "ok"}
+    best: Dict = {}
+    for r in rows:
+        v = r.get("variant") or ""
+        if r.get("impl") != "nmspmm" or not v.endswith(":best") or r.get("status") != "ok" or not _f(r.get("ms")):
+            continue
+        fam = _family_of(v[:-len(":best")])
+        key = (fam, r.get("dtype", "fp32"), r["pattern"], int(r["m"]), int(r["n"]), int(r["k"]))
+        if key not in best or _f(r["ms"]) < best[key][0]:
+            best[key] = (_f(r["ms"]), v[:-len(":best")])
+    out: "OrderedDict[str, Dict]" = OrderedDict()
+    for (fam, d, pat, m, n, k), (ms, kernel) in best.items():
+        t_auto = auto.get((d, pat, m, n, k))
+        if not t_auto:
+            continue
+        s = out.setdefault(f"{fam} {d} {pat}", {"family": fam, "dtype": d, "pattern": pat, "ratios": [],
+                                                "faster": []})
+        s["ratios"].append(t_auto / ms)
+        if t_auto / ms > 1:
+            s["faster"].append(f"{m}x{n}x{k} ({kernel}, {t_auto / ms:.2f}x)")
+    for s in out.values():
+        r = s.pop("ratios")
+        s.update(n=len(r), geomean_auto_over_family=geomean(r), min=min(r), max=max(r))
+    return out
+
+
+def _family_of(kernel: str) -> str:
+    try:
+        import nmspmm
+
+        return nmspmm.kernel_info(kernel).family
+    except Exception:  # noqa: BLE001  (nmspmm not importable: the name's first part)
+        return kernel.split("_")[0]
 
 
 def _mean(xs: Sequence[Optional[float]]) -> Optional[float]:
@@ -235,6 +276,13 @@ def format_summary(summary: Dict) -> str:
                          f"{_fmt(p['pct_peak_nominal'], '.0f')}% of nominal"
                          + (f"  speedup vs fp32 {_fmt(p.get('speedup_vs_fp32'))}x [{p.get('kernel')}]"
                             if "speedup_vs_fp32" in p else ""))
+    if summary.get("families_vs_auto"):
+        lines.append("")
+        lines.append("== forced kernel families (best kernel and split-K of the family) vs the heuristic's plan ==")
+        for key, p in summary["families_vs_auto"].items():
+            lines.append(f"{key:<28} {p['n']} points: t_auto / t_family geomean {p['geomean_auto_over_family']:.3f} "
+                         f"({p['min']:.3f}-{p['max']:.3f}); family faster at {len(p['faster'])}"
+                         + (f": {', '.join(p['faster'][:10])}" if p["faster"] else ""))
     if summary.get("paths"):
         lines.append("")
         lines.append("== packed vs non-packed (--compare-paths) ==")
