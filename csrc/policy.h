@@ -195,6 +195,24 @@ inline Plan choose_half_plan(const Problem& pb) {
   return {tc, half_prefill_split(pb.m, pb.n, pb.k, pb.N, pb.M, pb.L, sms)};
 }
 
+// Decode (m <= 16) of the problems without another native decode plan: fp32 at L < 4, fp16 / bf16
+// without a decode_tc plan (L < 16, or no thread-block clusters). The split-K decode kernel of the
+// dtype, reading the weight in its own dtype; k split in powers of two up to about 4 blocks per SM,
+// each split keeping at least 32 compressed rows (as the fp32 L >= 4 rule in choose_plan).
+// {Kernel::kNone, 1} elsewhere (m above the registry's max_m included).
+inline Plan choose_short_decode(const Problem& pb) {
+  const Kernel kernel = pb.dtype == DType::kF32    ? (pb.L < 4 ? Kernel::kDecodeF32SplitK : Kernel::kNone)
+                        : pb.dtype == DType::kBF16 ? Kernel::kDecodeSplitKBF16
+                                                   : Kernel::kDecodeSplitKF16;
+  if (!kernel_supports(kernel, pb.m, pb.N, pb.M, pb.L, false, pb.dtype, pb.cc, pb.sm90a)) return {Kernel::kNone, 1};
+  const int64_t sms = pb.num_sms > 0 ? pb.num_sms : 132;
+  const int64_t col_blocks = ceil_div_i(pb.n, 128);
+  const int64_t rows = pb.M > 0 ? pb.k / pb.M * pb.N : 0;
+  int split = 1;
+  while (col_blocks * split < 4 * sms && split < kMaxSplitK && rows / (split * 2) >= 32) split *= 2;
+  return {kernel, split};
+}
+
 inline Plan choose_plan(const Problem& pb) {
   const int64_t m = pb.m, n = pb.n, k = pb.k, N = pb.N, M = pb.M, L = pb.L;
   const int num_sms = pb.num_sms > 0 ? pb.num_sms : 132;
@@ -204,6 +222,8 @@ inline Plan choose_plan(const Problem& pb) {
     const Plan half = choose_half_plan(pb);
     if (half.kernel != Kernel::kNone) return half;
   }
+  const Plan short_decode = choose_short_decode(pb);
+  if (short_decode.kernel != Kernel::kNone) return short_decode;
   const DType dtype = DType::kF32;  // a 16-bit problem without a native plan: the fp32 fallback
   auto supports = [&](Kernel kern) { return kernel_supports(kern, m, N, M, L, false, dtype, pb.cc, pb.sm90a); };
   if (L < 4 || (L < 16 && m > 16)) return {Kernel::kGenericF32, 1};
