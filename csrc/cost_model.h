@@ -366,8 +366,10 @@ constexpr double kDecodeHalfBytesPerUs = 2.0e6;
 inline double decode_cost_us(Kernel kernel, int64_t n, int64_t k, int64_t N, int64_t M, int64_t L) {
   const KernelInfo& info = kernel_info(kernel);
   const double bytes = compressed_bytes(n, k, N, M, L, dtype_bytes(info.dtype));
-  if (info.dtype != DType::kF32) return kDecodeFixedUs + bytes / kDecodeHalfBytesPerUs;
+  // The split-K kernels pay their workspace round trip and second launch (the same factor in
+  // every dtype until the plan table fits the 16-bit ones).
   const double factor = info.family == Family::kDecodeSplitK ? kDecodeF32SplitKFactor : 1.0;
+  if (info.dtype != DType::kF32) return kDecodeFixedUs + factor * bytes / kDecodeHalfBytesPerUs;
   return kDecodeFixedUs + factor * bytes / kDecodeF32BytesPerUs;
 }
 

@@ -217,29 +217,42 @@ inline PlanCost cheaper(const PlanCost& a, const PlanCost& b) {
 // families are not candidates.
 constexpr int64_t kPrefillMinM = 17;
 
-// fp32 decode (cluster, staged and split-K families; m <= 16, L >= 4): the fitted rules choose the
-// family and its cluster or split, as measured on H100 sweeps: the cluster kernels at m <= 2 and the
-// staged ones at 3..16 on devices with clusters, the split-K kernel with enough blocks to keep every
-// SM streaming the weight without them.
-inline PlanCost plan_decode_f32(const Problem& pb, const Candidates& c) {
-  const int64_t m = pb.m, n = pb.n, k = pb.k, N = pb.N, M = pb.M;
+// fp32 decode on devices with clusters (cluster and staged families; m <= 16, L >= 4): the fitted
+// rules choose the family and its cluster or split, as measured on H100 sweeps: the cluster kernels
+// at m <= 2, the staged ones at 3..16.
+inline Plan cluster_decode_f32_plan(const Problem& pb) {
   const int num_sms = pb.num_sms > 0 ? pb.num_sms : 132;
-  const bool clusters = pb.cc >= 90;
-  Plan plan{Kernel::kNone, 1};
-  if (m <= kClusterDecodeMaxM && clusters) {
-    plan = choose_cluster_decode(m, n, k, N, M, num_sms, pb.max_cluster);
-  } else if (clusters && m >= 3) {
-    plan = choose_staged_decode(m, n, k, N, M, num_sms, pb.max_cluster);
+  if (pb.cc < 90 || pb.m > 16) return {Kernel::kNone, 1};
+  if (pb.m <= kClusterDecodeMaxM) return choose_cluster_decode(pb.m, pb.n, pb.k, pb.N, pb.M, num_sms, pb.max_cluster);
+  return choose_staged_decode(pb.m, pb.n, pb.k, pb.N, pb.M, num_sms, pb.max_cluster);
+}
+inline PlanCost plan_decode_f32(const Problem& pb, const Candidates& c) {
+  const Plan plan = cluster_decode_f32_plan(pb);
+  if (plan.kernel == Kernel::kNone || !c.has(plan.kernel)) return kNoPlan;
+  return plan_cost(pb, plan, decode_cost_us(plan.kernel, pb.n, pb.k, pb.N, pb.M, pb.L));
+}
+
+// The split-K decode family (m <= 16, any L): the kernel of the problem's dtype (values read in
+// their own dtype), else decode_f32_splitk on upcast inputs; k split in powers of two up to about 4
+// blocks per SM, each split keeping at least 32 compressed rows. For fp32 at L >= 4 it stays the
+// fitted rules' fallback (taken only where no cluster or staged plan runs).
+inline PlanCost plan_decode_splitk(const Problem& pb, const Candidates& c) {
+  if (pb.m > 16) return kNoPlan;
+  const Kernel native = pb.dtype == DType::kBF16  ? Kernel::kDecodeSplitKBF16
+                        : pb.dtype == DType::kF16 ? Kernel::kDecodeSplitKF16
+                                                  : Kernel::kDecodeF32SplitK;
+  const Kernel kernel = c.has(native) ? native : Kernel::kDecodeF32SplitK;
+  if (!c.has(kernel)) return kNoPlan;
+  if (kernel == Kernel::kDecodeF32SplitK && pb.L >= 4) {
+    const Plan fitted = cluster_decode_f32_plan(pb);
+    if (fitted.kernel != Kernel::kNone && c.has(fitted.kernel)) return kNoPlan;
   }
-  if (plan.kernel == Kernel::kNone) {
-    const int col_blocks = ceil_div_i(n, 128);
-    const int64_t w = k / M * N;
-    int split = 1;
-    while (col_blocks * split < 4 * num_sms && split < 64 && w / (split * 2) >= 32) split *= 2;
-    plan = {Kernel::kDecodeF32SplitK, split};
-  }
-  if (!c.has(plan.kernel)) return kNoPlan;
-  return plan_cost(pb, plan, decode_cost_us(plan.kernel, n, k, N, M, pb.L));
+  const int num_sms = pb.num_sms > 0 ? pb.num_sms : 132;
+  const int col_blocks = ceil_div_i(pb.n, 128);
+  const int64_t w = pb.M > 0 ? pb.k / pb.M * pb.N : 0;
+  int split = 1;
+  while (col_blocks * split < 4 * num_sms && split < kMaxSplitK && w / (split * 2) >= 32) split *= 2;
+  return plan_cost(pb, {kernel, split}, decode_cost_us(kernel, pb.n, pb.k, pb.N, pb.M, pb.L));
 }
 
 // fp32 tiled kernels (m > 16, L >= 16): the cheapest (kernel, split) under the tiled cost model.
@@ -385,9 +398,9 @@ struct FamilyPlan {
 };
 constexpr FamilyPlan kFamilyPlanners[] = {
     {Family::kDecodeTc, &plan_decode_tc},
-    {Family::kDecodeCluster, &plan_decode_f32},  // the three fp32 decode families share the fitted rules
+    {Family::kDecodeCluster, &plan_decode_f32},  // the two cluster decode families share the fitted rules
     {Family::kDecodeStaged, &plan_decode_f32},
-    {Family::kDecodeSplitK, &plan_decode_f32},
+    {Family::kDecodeSplitK, &plan_decode_splitk},
     {Family::kTiled, &plan_tiled},
     {Family::kWarpPacked, &plan_warp_packed},
     {Family::kProducer, &plan_producer},

@@ -22,10 +22,13 @@
 
 namespace nmspmm {
 
-// spmm_half_decode.cpp / spmm_half_prefill.cpp: the native fp16 / bf16 plans (decode_tc_*;
-// tc_prefill_* and dense_expand_*), on x reshaped to [m, in] with m >= 1.
+// spmm_half_decode.cpp / spmm_half_prefill.cpp: the native fp16 / bf16 plans (decode_tc_*,
+// decode_splitk_*; tc_prefill_* and dense_expand_*), on x reshaped to [m, in] with m >= 1.
 at::Tensor spmm_half_decode(const at::Tensor& x2, const at::Tensor& values, const at::Tensor& indices, int64_t N,
                             int64_t M, int64_t L, const std::optional<at::Tensor>& bias, int config, int split_k);
+at::Tensor spmm_decode_splitk_half(const at::Tensor& x2, const at::Tensor& values, const at::Tensor& indices,
+                                   int64_t N, int64_t M, int64_t L, const std::optional<at::Tensor>& bias, int split_k,
+                                   bool overlap);
 at::Tensor spmm_half_prefill(const at::Tensor& x2, const at::Tensor& values, const at::Tensor& indices, int64_t N,
                              int64_t M, int64_t L, const std::optional<at::Tensor>& bias, bool dense, int split_k,
                              bool warp_specialized);
@@ -226,10 +229,14 @@ at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const a
     if (in == 0) return spmm_no_inputs(x, out, bias).reshape(out_shape);
     if (m == 0 || out == 0) return at::empty({m, out}, x.options()).reshape(out_shape);
     const KernelInfo& info = kernel_info(plan.kernel);
-    at::Tensor y = info.family == Family::kDecodeTc
-                       ? spmm_half_decode(x2, values, indices, N, M, L, bias, half_decode_config(plan.kernel), plan.split_k)
-                       : spmm_half_prefill(x2, values, indices, N, M, L, bias, info.family == Family::kDenseExpand,
-                                           plan.split_k, half_prefill_warp_specialized(device.cc, L));
+    at::Tensor y;
+    if (info.family == Family::kDecodeTc)
+      y = spmm_half_decode(x2, values, indices, N, M, L, bias, half_decode_config(plan.kernel), plan.split_k);
+    else if (info.family == Family::kDecodeSplitK)  // the reduction overlaps its kernel's tail where fp32's does
+      y = spmm_decode_splitk_half(x2, values, indices, N, M, L, bias, plan.split_k, clusters && ab_switches().overlap);
+    else
+      y = spmm_half_prefill(x2, values, indices, N, M, L, bias, info.family == Family::kDenseExpand, plan.split_k,
+                            half_prefill_warp_specialized(device.cc, L));
     return y.reshape(out_shape);
   }
   // The registry's fp32 kernels: a dtype without a native plan for the call is upcast and the
