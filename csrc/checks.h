@@ -150,7 +150,7 @@ inline Kernel check_plan(c10::string_view name, int64_t split_k, int64_t m, int6
   TORCH_CHECK(kernel_supports(kernel, m, N, M, L, has_col_info, info.dtype, info.min_cc, info.needs_sm90a),
               "nmspmm.spmm_with_plan: kernel ", info.name, " cannot run m=", m, " with pattern ", N, ":", M,
               " L=", L, needs_col_info ? " without col_info" : "");
-  if (is_cluster_decode_kernel(kernel) || is_half_kernel(kernel))
+  if (is_cluster_decode_kernel(kernel) || is_half_kernel(kernel) || is_dense_expand_kernel(kernel))
     TORCH_CHECK(split_k >= 1 && split_k <= info.max_split_k, "nmspmm.spmm_with_plan: split_k of kernel ",
                 info.name, " must be in [1, ", info.max_split_k, "], got ", split_k);
   TORCH_CHECK(split_k >= 1 && split_k <= kMaxSplitK, "nmspmm.spmm_with_plan: split_k must be in [1, ",

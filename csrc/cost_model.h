@@ -1,6 +1,9 @@
-// The cost model of the prefill plans: estimated microseconds of a (kernel, split-K) plan on a
-// problem, fitted to flushed H100 timings (docs/kernels.md). Torch-free and CUDA-free; the policy
-// (policy.h) ranks candidate plans with it. Kernels come from the registry (registry.h).
+// The cost model: estimated microseconds of a (kernel, split-K) plan on a problem, one scale for
+// every family, so that the policy (policy.h) can compare the candidates the registry (registry.h)
+// yields for a call and take the least. The prefill families' costs are fitted to flushed H100
+// timings (docs/kernels.md); the cross-family terms at the end (dense expansion, generic, decode
+// streams, upcasts, fixed launch costs) are coarse H100-class constants, refit from the measured
+// plan table (benchmarks/plan_table.py, tests/test_policy_table.py). Torch-free and CUDA-free.
 #pragma once
 #include <cstdint>
 
@@ -213,33 +216,31 @@ inline double producer_tail_cost_us(int64_t m, int64_t n, int64_t k, int64_t N, 
 
 // ---- fp16 / bf16 prefill (docs/kernels.md, "Half-precision prefill"; fitted to H100 timings) ----
 
-// Whether a call runs faster as cuBLAS on a transient dense copy of the weight (dense_expand_*)
-// than in the gathered tensor-core kernel (tc_prefill_*) at m >= 256.
-//  * Warp-specialized form (sm_90, L >= 32): both paths timed in one run on the 100 NM-SpMM points
-//    at 16 / 12 / 8 / 4 of 32 (H100, bf16) fit the gathered kernel's time as flops * (d + 0.2) /
-//    387 TFLOP/s (d = N/M; 6.5% median error) and the expansion as n * k * 2 bytes at 1.32 TB/s plus
-//    cuBLAS at 855 TFLOP/s (6.5%); their fixed costs (transpose, launches) are within the fit's
-//    noise and left out. The model's picks lose 1.5-2.2% to the best path on geomean at m >= 1024
-//    at every pattern (the previous constants: 5% at 16:32).
-//  * cp.async form: a useful rate of about 50 + 180 * d TFLOP/s against an expansion at about
-//    1 TB/s and cuBLAS at 650 TFLOP/s plus 9 us of launches.
-inline bool half_prefill_prefers_dense(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, bool warp_specialized) {
-  const double density = static_cast<double>(N) / static_cast<double>(M);
-  const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
-  const double dense_bytes = static_cast<double>(n) * static_cast<double>(k) * 2.0;
-  if (warp_specialized) return dense_bytes / 1.32e6 + flops / 855e6 < flops * (density + 0.2) / 387e6;
-  const double sparse_us = flops * density / ((50.0 + 180.0 * density) * 1e6);
-  return 4.0 + dense_bytes / 1.0e6 + 5.0 + flops / 650e6 < sparse_us;
+// Time of the tensor-core prefill kernel (128 tokens x 256 outputs per block) with `split` k-splits,
+// by its grid: waves x (stages x (0.435 + 0.31 x 16-slot steps per stage) + 1.65) us (the kernel's
+// own stages, tc_prefill_stage.h), and for split > 1 the fp32 partials' write and read (0.69 us per
+// MB) plus 1.6 us. Fitted on H100 (bf16, warp-specialized form, every split of the 216 cells of the
+// 100 points under two waves: median error 3.7%).
+inline double half_prefill_wave_us(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, int64_t L, int num_sms,
+                                   int split) {
+  const int64_t sms = num_sms > 0 ? num_sms : 132;
+  const int64_t tiles = (n + 255) / 256 * ((m + 127) / 128);
+  const int64_t G = M > 0 ? k / M : 0;
+  const int64_t ws = kernels::tc_prefill::choose_ws(256, static_cast<int>(N), static_cast<int>(M), static_cast<int>(L), G,
+                                                   kernels::tc_prefill::kMaxSlotsPerStage);
+  const int64_t ksteps = (ws * N + 15) / 16;
+  const int64_t stages = ws > 0 ? (G + ws - 1) / ws : 0;
+  const double stage_us = 0.435 + 0.31 * static_cast<double>(ksteps);
+  const int64_t waves = (tiles * split + sms - 1) / sms;
+  double us = static_cast<double>(waves) * (static_cast<double>((stages + split - 1) / split) * stage_us + 1.65);
+  if (split > 1) us += 1.6 + 0.69 * static_cast<double>(split) * static_cast<double>(m) * static_cast<double>(n) * 4.0 / 1.0e6;
+  return us;
 }
 
-// Split-K of the tensor-core prefill kernel (128 tokens x 256 outputs per block): none once the
-// grid covers two waves; else the split (at most 4, each with >= 4 stages) of the least estimated
-// time: waves x (stages x (0.435 + 0.31 x 16-slot steps per stage) + 1.65) us (the kernel's own
-// stages, tc_prefill_stage.h), and for split > 1 the fp32 partials' write and read (0.69 us per
-// MB) plus 1.6 us. Fitted on H100 (bf16, every split of the 216 cells of the 100 points under two
-// waves: median error 3.7%); its picks are 1.9% above the best split on geomean, where the
-// wave-utilization rule it replaces was 12% above (2.5x at 1024 x 5632 x 2048: three splits of
-// fp32 partials cost more than the idle SMs).
+// Split-K of the tensor-core prefill kernel: none once the grid covers two waves; else the split
+// (at most 4, each with >= 4 stages) of least half_prefill_wave_us. Its picks are 1.9% above the
+// best split on geomean, where the wave-utilization rule it replaces was 12% above (2.5x at
+// 1024 x 5632 x 2048: three splits of fp32 partials cost more than the idle SMs).
 inline int half_prefill_split(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, int64_t L, int num_sms) {
   const int64_t sms = num_sms > 0 ? num_sms : 132;
   const int64_t tiles = (n + 255) / 256 * ((m + 127) / 128);
@@ -247,22 +248,152 @@ inline int half_prefill_split(int64_t m, int64_t n, int64_t k, int64_t N, int64_
   const int64_t G = M > 0 ? k / M : 0;
   const int64_t ws = kernels::tc_prefill::choose_ws(256, static_cast<int>(N), static_cast<int>(M), static_cast<int>(L), G,
                                                    kernels::tc_prefill::kMaxSlotsPerStage);
-  const int64_t ksteps = (ws * N + 15) / 16;
   const int64_t stages = (G + ws - 1) / ws;
-  const double stage_us = 0.435 + 0.31 * static_cast<double>(ksteps);
   int best = 1;
   double best_us = 0.0;
   for (int split = 1; split <= 4; ++split) {
     if (split > 1 && stages / split < 4) break;
-    const int64_t waves = (tiles * split + sms - 1) / sms;
-    double us = static_cast<double>(waves) * (static_cast<double>((stages + split - 1) / split) * stage_us + 1.65);
-    if (split > 1) us += 1.6 + 0.69 * static_cast<double>(split) * static_cast<double>(m) * static_cast<double>(n) * 4.0 / 1.0e6;
+    const double us = half_prefill_wave_us(m, n, k, N, M, L, num_sms, split);
     if (split == 1 || us < best_us) {
       best = split;
       best_us = us;
     }
   }
   return best;
+}
+
+// ---- Costs on one scale for the comparison between families (microseconds, H100-class) ----
+
+// A plan and its estimated time; plan.kernel == Kernel::kNone: the family has no plan for the call.
+struct PlanCost {
+  Plan plan;
+  double us;
+};
+constexpr PlanCost kNoPlan{{Kernel::kNone, 1}, 0.0};
+
+inline int64_t dtype_bytes(DType t) { return t == DType::kF32 ? 4 : 2; }
+
+// Device rates. HBM: what a plain stream of reads and writes reaches (H100 SXM: 3.35 TB/s peak).
+// cuBLAS: bf16 / fp16 at the rate fitted with the gathered kernel's model (855 TFLOP/s, 100 points,
+// m >= 256); fp32 with TF32 off at 50 TFLOP/s (4096^3: 50.5, README). With TF32 on (F.linear's
+// setting, which dense_expand_f32 follows) cuBLAS runs faster than this estimate, so the fp32
+// expansion is then under-used, never over-used.
+constexpr double kHbmBytesPerUs = 3.0e6;
+constexpr double kDenseHalfFlopsPerUs = 855e6;
+constexpr double kDenseF32FlopsPerUs = 50e6;
+// One more kernel launch in a stream of back-to-back calls.
+constexpr double kLaunchUs = 2.5;
+
+// Bytes of the compressed weight in a dtype of `elem` bytes: values [w, n] and uint8 indices
+// [w, n / L], w = k N / M.
+inline double compressed_bytes(int64_t n, int64_t k, int64_t N, int64_t M, int64_t L, int64_t elem) {
+  const double w = M > 0 ? static_cast<double>(k / M * N) : 0.0;
+  return w * static_cast<double>(n) * static_cast<double>(elem) + w * static_cast<double>(L > 0 ? n / L : 0);
+}
+
+// The fp32 fallback of a 16-bit call: values and x converted to fp32 (2 bytes read, 4 written per
+// element) and y converted back, three elementwise launches at HBM rate.
+inline double upcast_cost_us(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M) {
+  const double w = M > 0 ? static_cast<double>(k / M * N) : 0.0;
+  const double elems = w * static_cast<double>(n) + static_cast<double>(m) * static_cast<double>(k) +
+                       static_cast<double>(m) * static_cast<double>(n);
+  return 3 * kLaunchUs + elems * 6.0 / kHbmBytesPerUs;
+}
+
+// cuBLAS on a dense weight [n, k] (elem bytes per element): the larger of its math at the dtype's
+// rate and its bytes (weight, x, y) at HBM rate.
+inline double dense_gemm_us(int64_t m, int64_t n, int64_t k, int64_t elem) {
+  const double mm = static_cast<double>(m), nn = static_cast<double>(n), kk = static_cast<double>(k);
+  const double flops = 2.0 * mm * nn * kk;
+  const double rate = elem == 4 ? kDenseF32FlopsPerUs : kDenseHalfFlopsPerUs;
+  const double bytes = (nn * kk + mm * kk + mm * nn) * static_cast<double>(elem);
+  return flops / rate > bytes / kHbmBytesPerUs ? flops / rate : bytes / kHbmBytesPerUs;
+}
+
+// dense_expand_*: the expansion reads the compressed weight and writes the dense one at an
+// effective 2.0 TB/s (with the 16:32 L = 32 bytes this is the fitted 1.32 TB/s of dense bytes the
+// gathered-kernel comparison used, 43 us at 4096^2 with the launch), then cuBLAS (dense_gemm_us),
+// and three launches (expansion, GEMM, the non-finite row check) in kDenseExpandFixedUs.
+constexpr double kExpandBytesPerUs = 2.0e6;
+constexpr double kDenseExpandFixedUs = 7.5;
+inline double dense_expand_cost_us(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, int64_t L, int64_t elem) {
+  const double dense = static_cast<double>(n) * static_cast<double>(k) * static_cast<double>(elem);
+  return kDenseExpandFixedUs + (compressed_bytes(n, k, N, M, L, elem) + dense) / kExpandBytesPerUs +
+         dense_gemm_us(m, n, k, elem);
+}
+
+// tc_prefill_*: the larger of two fitted estimates, plus the x transpose's launch.
+//  * Math: the warp-specialized form (sm_90, L >= 32) fitted as flops * (d + 0.2) / 387 TFLOP/s
+//    (d = N / M; 100 points at 16 / 12 / 8 / 4 of 32, H100 bf16, 6.5% median error, the fit the
+//    choice against the expansion was made with: its picks lose 1.5-2.2% to the best path on
+//    geomean at m >= 1024); the cp.async form at a useful 50 + 180 d TFLOP/s.
+//  * Grid: half_prefill_wave_us at the plan's split (small m, where a grid of under two waves of
+//    128-token tiles costs what a full tile does whatever m); the cp.async form runs its stages
+//    kTcPrefillCpAsyncFactor times slower (1.8-2.1x at m >= 2048, docs/kernels.md).
+// At L = 16 (cp.async form; a warp's 32 outputs span two vectors and two gathers) the kernel runs
+// kTcPrefillL16Factor slower than the L = 32 model says: H200, 4096^2 8:32 L = 16, m = 1024
+// measured 0.40x cuBLAS where the model predicted 0.58x.
+constexpr double kTcPrefillFixedUs = 2.0;
+constexpr double kTcPrefillCpAsyncFactor = 1.9;
+constexpr double kTcPrefillL16Factor = 1.45;
+inline double tc_prefill_cost_us(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, int64_t L, int split,
+                                 int num_sms, bool warp_specialized) {
+  const double d = static_cast<double>(N) / static_cast<double>(M);
+  const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  const double wave = half_prefill_wave_us(m, n, k, N, M, L, num_sms, split);
+  double us;
+  if (warp_specialized) {
+    const double math = flops * (d + 0.2) / 387e6;
+    us = math > wave ? math : wave;
+  } else {
+    const double math = flops * d / ((50.0 + 180.0 * d) * 1e6);
+    const double grid = wave * kTcPrefillCpAsyncFactor;
+    us = math > grid ? math : grid;
+    if (L < 32) us *= kTcPrefillL16Factor;
+  }
+  return kTcPrefillFixedUs + us;
+}
+
+// Decode (the weight streamed once, m <= 16 fp32 / <= 64 fp16 and bf16): a fixed cost (launch,
+// first loads, the split-K sum) and the compressed bytes at the rate the kernels reach on H100:
+// fp32 1.4-1.8 TB/s at 16:32 (the split-K kernel 1.10-1.36x slower than the staged ones), fp16 /
+// bf16 up to 2.3 TB/s. Within the decode families the fitted plan rules choose (policy.h); these
+// costs only set them against the other families.
+constexpr double kDecodeFixedUs = 4.0;
+constexpr double kDecodeF32BytesPerUs = 1.8e6;
+constexpr double kDecodeF32SplitKFactor = 1.2;
+constexpr double kDecodeHalfBytesPerUs = 2.0e6;
+inline double decode_cost_us(Kernel kernel, int64_t n, int64_t k, int64_t N, int64_t M, int64_t L) {
+  const KernelInfo& info = kernel_info(kernel);
+  const double bytes = compressed_bytes(n, k, N, M, L, dtype_bytes(info.dtype));
+  // The split-K kernels pay their workspace round trip and second launch (the same factor in
+  // every dtype until the plan table fits the 16-bit ones).
+  const double factor = info.family == Family::kDecodeSplitK ? kDecodeF32SplitKFactor : 1.0;
+  if (info.dtype != DType::kF32) return kDecodeFixedUs + factor * bytes / kDecodeHalfBytesPerUs;
+  return kDecodeFixedUs + factor * bytes / kDecodeF32BytesPerUs;
+}
+
+// generic_f32: one thread per output column and 4 rows of x (blocks of 128 threads, at most 16 per
+// SM), each walking all w = k N / M compressed rows. With few warps per SM a row costs a chain of
+// dependent loads (index byte, then x): about 0.37 us per row per wave of blocks (H200, 4096^2 2:4
+// L = 1, m = 1: 0.012x cuBLAS bf16); with many, the loads' throughput: 0.565 ns per thread-row per SM
+// (m = 4096 fp32: 0.074x cuBLAS fp32); its launch and first loads as the decode kernels'.
+constexpr double kGenericRowLatencyUs = 0.37;
+constexpr double kGenericThreadRowUs = 0.565e-3;
+inline double generic_cost_us(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, int num_sms) {
+  const int64_t sms = num_sms > 0 ? num_sms : 132;
+  const double w = M > 0 ? static_cast<double>(k / M * N) : 0.0;
+  const int64_t blocks = (n + 127) / 128 * ((m + 3) / 4);
+  const int64_t per_sm = (blocks + sms - 1) / sms;
+  const double latency = static_cast<double>((per_sm + 15) / 16) * w * kGenericRowLatencyUs;
+  const double throughput = static_cast<double>(per_sm) * 128.0 * w * kGenericThreadRowUs;
+  return kDecodeFixedUs + (latency > throughput ? latency : throughput);
+}
+
+// The fp32 prefill families (tiled, warp-packed, warp-specialized): what their fitted costs leave
+// out and the other families pay too, the x transpose (x read, xT written) and its launch.
+inline double prefill_f32_fixed_us(int64_t m, int64_t k) {
+  return kLaunchUs + 8.0 * static_cast<double>(m) * static_cast<double>(k) / kHbmBytesPerUs;
 }
 
 }  // namespace nmspmm

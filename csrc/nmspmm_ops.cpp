@@ -65,12 +65,10 @@ bool kernel_supports_op(c10::string_view name, int64_t m, int64_t N, int64_t M, 
   return kernel_supports(kernel, m, N, M, L, has_col_info, kernel_info(kernel).dtype, cc, cc == 90);
 }
 
-// The plan the runtime heuristic picks for a problem on a device: (kernel name, split_k). No
-// tensors involved, so it works on any build (tests, benchmarks, tools).
-std::tuple<std::string, int64_t> spmm_heuristic(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, int64_t L,
-                                                c10::ScalarType dtype, int64_t compute_capability,
-                                                int64_t num_sms, int64_t max_cluster) {
-  const char* op = "nmspmm.spmm_heuristic";
+// The problem of spmm_heuristic and spmm_plan_candidates, its arguments checked (each refusal names
+// the argument).
+Problem heuristic_problem(const char* op, int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, int64_t L,
+                          c10::ScalarType dtype, int64_t compute_capability, int64_t num_sms, int64_t max_cluster) {
   TORCH_CHECK(supported_M(M), op, ": M must be a power of two in [2, ", kMaxM, "], got M=", M);
   TORCH_CHECK(N >= 1 && N <= M, op, ": N must satisfy 1 <= N <= M, got N=", N, ", M=", M);
   TORCH_CHECK(supported_L(L), op, ": L must be a power of two in [1, ", kMaxL, "], got L=", L);
@@ -87,8 +85,38 @@ std::tuple<std::string, int64_t> spmm_heuristic(int64_t m, int64_t n, int64_t k,
   pb.num_sms = static_cast<int>(num_sms);
   pb.max_cluster = static_cast<int>(std::min<int64_t>(max_cluster, kMaxDecodeCluster));
   pb.sm90a = pb.cc == 90;
+  return pb;
+}
+
+// The plan the runtime heuristic picks for a problem on a device: (kernel name, split_k). No
+// tensors involved, so it works on any build (tests, benchmarks, tools).
+std::tuple<std::string, int64_t> spmm_heuristic(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, int64_t L,
+                                                c10::ScalarType dtype, int64_t compute_capability,
+                                                int64_t num_sms, int64_t max_cluster) {
+  const Problem pb =
+      heuristic_problem("nmspmm.spmm_heuristic", m, n, k, N, M, L, dtype, compute_capability, num_sms, max_cluster);
   const Plan p = choose_plan(pb);
   return {kernel_name(p.kernel), p.split_k};
+}
+
+// What the search compares for a problem (csrc/policy.h, family_costs): every family's plan (kernel
+// names and split_k) with its estimated microseconds, in the policy's tie order; spmm_heuristic
+// returns the first of the least. For the measured plan table (benchmarks/plan_table.py) and tests.
+std::tuple<std::vector<std::string>, std::vector<int64_t>, std::vector<double>> spmm_plan_candidates(
+    int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, int64_t L, c10::ScalarType dtype,
+    int64_t compute_capability, int64_t num_sms, int64_t max_cluster) {
+  const Problem pb = heuristic_problem("nmspmm.spmm_plan_candidates", m, n, k, N, M, L, dtype, compute_capability,
+                                       num_sms, max_cluster);
+  std::vector<std::string> names;
+  std::vector<int64_t> splits;
+  std::vector<double> us;
+  for (const PlanCost& c : family_costs(pb).cost) {
+    if (c.plan.kernel == Kernel::kNone) continue;
+    names.emplace_back(kernel_name(c.plan.kernel));
+    splits.push_back(c.plan.split_k);
+    us.push_back(c.us);
+  }
+  return {names, splits, us};
 }
 
 }  // namespace
@@ -130,6 +158,11 @@ TORCH_LIBRARY(nmspmm, m) {
       "spmm_heuristic(int m, int n, int k, int N, int M, int L, ScalarType dtype, int compute_capability, "
       "int num_sms, int max_cluster=16) -> (str, int)",
       &spmm_heuristic);
+  // Every family's plan for the problem and its estimated microseconds: (kernels, split_ks, costs).
+  m.def(
+      "spmm_plan_candidates(int m, int n, int k, int N, int M, int L, ScalarType dtype, int compute_capability, "
+      "int num_sms, int max_cluster=16) -> (str[], int[], float[])",
+      &spmm_plan_candidates);
 }
 
 }  // namespace nmspmm

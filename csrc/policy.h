@@ -1,8 +1,16 @@
 // The policy of the runtime heuristic: a problem (shape, pattern, dtype, device) -> a plan (a
-// registry kernel and its split-K). Decode shapes (m <= 16) follow rules fitted to H100 sweeps;
-// prefill shapes take the cheapest candidate under the cost model (cost_model.h). No per-shape
-// search happens at call time. Torch-free and CUDA-free: compiled into every build, exposed as
-// torch.ops.nmspmm.spmm_heuristic and unit-tested on the CPU (tests/test_heuristic.py).
+// registry kernel and its split-K), as a search. The registry (registry.h) yields the kernels that
+// can run the call, natively in its dtype or, for a 16-bit call, as fp32 kernels on upcast inputs;
+// each family with a candidate kernel proposes its plan (its plan generator: the fitted decode
+// rules below, or the cost model's search over its kernels and splits) with an estimated time
+// (cost_model.h); the least estimated time wins. The dense expansion runs every pattern in every
+// dtype, so it is always a candidate: no call is planned slower than expanding the weight and
+// running cuBLAS, by the cost model. No per-shape search happens at call time. Torch-free and
+// CUDA-free: compiled into every build, exposed as torch.ops.nmspmm.spmm_heuristic and tested on the
+// CPU (tests/test_heuristic.py, tests/test_half_plans.py, tests/test_policy_table.py).
+//
+// Adding a family: its registry row (registry.h), a cost function (cost_model.h) and a planner in
+// kFamilyPlanners below.
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -153,13 +161,6 @@ inline Plan choose_cluster_decode(int64_t m, int64_t n, int64_t k, int64_t N, in
   if (!decode_plan_overlaps_launch(plan, k, N, M) && M <= 512) return staged_decode_plan(n, k, M, num_sms);
   return plan;
 }
-// The plan of a problem. The packing kernels (col_info) are never candidates: the non-packing
-// kernels are faster at every point measured on H100 (benchmarks/results/h100/plan_sweep.csv,
-// L = 32, sparsity 50% to 96.9%); spmm_with_plan still runs them.
-// fp16 / bf16 on a device with native kernels (sm_80+): the tensor-core decode kernels up to
-// m = 64 (thread-block clusters, sm_90), then the cheaper of the gathered tensor-core kernel and
-// cuBLAS on the expanded weight (half_prefill_prefers_dense). Kernel::kNone: no native plan (the
-// caller plans the fp32 fallback).
 // Whether the tc_prefill_* plans run in their warp-specialized form (tensor copies, mbarriers,
 // setmaxnreg: built for sm_90a only, so compute capability 9.0 exactly) or in their cp.async form.
 inline bool half_prefill_warp_specialized(int cc, int64_t L) { return cc == 90 && L >= 32 && ab_switches().tc_tma; }
@@ -177,55 +178,94 @@ inline int half_decode_config(Kernel k) {
   return kernel_info(k).variant == 64 ? kernels::kHalfDecodeNarrow : 0;
 }
 
-inline Plan choose_half_plan(const Problem& pb) {
-  const bool bf16 = pb.dtype == DType::kBF16;
-  const int sms = pb.num_sms > 0 ? pb.num_sms : 132;
-  if (pb.cc < 80) return {Kernel::kNone, 1};
-  if (pb.cc >= 90 && pb.m <= ab_switches().half_decode_max_m && kernels::half_decode_preferred(pb.m, pb.n, pb.k) &&
-      kernels::half_decode_supports(pb.m, pb.n, pb.k, pb.N, pb.M, pb.L)) {
-    const kernels::HalfDecodePlan d = kernels::half_decode_plan(pb.m, pb.n, pb.k, pb.N, pb.M, sms);
-    return {half_decode_kernel(d.config, bf16), d.split_k};
+// ---- The search ----
+
+// The kernels of the registry that can run a problem: its own dtype's, and for a 16-bit problem the
+// fp32 kernels on upcast inputs (the documented fallback). The packing kernels are left out: they
+// need col_info and measure slower than the non-packing kernels at every point measured on H100
+// (benchmarks/results/h100/plan_sweep.csv, L = 32, sparsity 50% to 96.9%); spmm_with_plan runs them.
+struct Candidates {
+  bool runs[kNumKernels] = {};
+  bool has(Kernel k) const { return valid_kernel(k) && runs[static_cast<int>(k)]; }
+};
+inline Candidates registry_candidates(const Problem& pb) {
+  Candidates c;
+  for (const KernelInfo& k : kKernelTable) {
+    if (k.dtype != pb.dtype && k.dtype != DType::kF32) continue;  // a native kernel of another dtype
+    if (k.needs_col_info) continue;
+    c.runs[static_cast<int>(k.id)] = kernel_supports(k.id, pb.m, pb.N, pb.M, pb.L, false, k.dtype, pb.cc, pb.sm90a);
   }
-  if (pb.m <= 16) return {Kernel::kNone, 1};  // sm_80 decode or a pattern the decode kernels lack
-  const Kernel tc = bf16 ? Kernel::kTcPrefillBF16_128x256 : Kernel::kTcPrefillF16_128x256;
-  const Kernel dense = bf16 ? Kernel::kDenseExpandBF16 : Kernel::kDenseExpandF16;
-  const bool tc_ok = kernel_supports(tc, pb.m, pb.N, pb.M, pb.L, false, pb.dtype, pb.cc, pb.sm90a);
-  const bool warp_specialized = half_prefill_warp_specialized(pb.cc, pb.L);
-  if (!tc_ok || half_prefill_prefers_dense(pb.m, pb.n, pb.k, pb.N, pb.M, warp_specialized)) return {dense, 1};
-  return {tc, half_prefill_split(pb.m, pb.n, pb.k, pb.N, pb.M, pb.L, sms)};
+  return c;
 }
 
-inline Plan choose_plan(const Problem& pb) {
-  const int64_t m = pb.m, n = pb.n, k = pb.k, N = pb.N, M = pb.M, L = pb.L;
+// A plan's cost for the problem: the kernel's own cost, plus the conversions of the fp32 fallback
+// where the kernel's dtype is not the problem's.
+inline PlanCost plan_cost(const Problem& pb, Plan plan, double kernel_us) {
+  const bool upcast = kernel_info(plan.kernel).dtype != pb.dtype;
+  return {plan, kernel_us + (upcast ? upcast_cost_us(pb.m, pb.n, pb.k, pb.N, pb.M) : 0.0)};
+}
+// The cheaper of two plans; the first on a tie.
+inline PlanCost cheaper(const PlanCost& a, const PlanCost& b) {
+  if (a.plan.kernel == Kernel::kNone) return b;
+  if (b.plan.kernel == Kernel::kNone) return a;
+  return b.us < a.us ? b : a;
+}
+
+// Smallest m of the fp32 prefill families (tiled, warp-packed, warp-specialized) and of the
+// tensor-core prefill kernel: their costs are fitted from m = 32 (fp32) and m = 256 (16-bit), and
+// up to m = 16 the decode kernels measured faster on every swept shape; below it the prefill
+// families are not candidates.
+constexpr int64_t kPrefillMinM = 17;
+
+// fp32 decode on devices with clusters (cluster and staged families; m <= 16, L >= 4): the fitted
+// rules choose the family and its cluster or split, as measured on H100 sweeps: the cluster kernels
+// at m <= 2, the staged ones at 3..16.
+inline Plan cluster_decode_f32_plan(const Problem& pb) {
   const int num_sms = pb.num_sms > 0 ? pb.num_sms : 132;
-  const int max_cluster = pb.max_cluster;
-  const bool clusters = pb.cc >= 90;
-  if (pb.dtype != DType::kF32) {
-    const Plan half = choose_half_plan(pb);
-    if (half.kernel != Kernel::kNone) return half;
+  if (pb.cc < 90 || pb.m > 16) return {Kernel::kNone, 1};
+  if (pb.m <= kClusterDecodeMaxM) return choose_cluster_decode(pb.m, pb.n, pb.k, pb.N, pb.M, num_sms, pb.max_cluster);
+  return choose_staged_decode(pb.m, pb.n, pb.k, pb.N, pb.M, num_sms, pb.max_cluster);
+}
+inline PlanCost plan_decode_f32(const Problem& pb, const Candidates& c) {
+  const Plan plan = cluster_decode_f32_plan(pb);
+  if (plan.kernel == Kernel::kNone || !c.has(plan.kernel)) return kNoPlan;
+  return plan_cost(pb, plan, decode_cost_us(plan.kernel, pb.n, pb.k, pb.N, pb.M, pb.L));
+}
+
+// The split-K decode family (m <= 16, any L): the kernel of the problem's dtype (values read in
+// their own dtype), else decode_f32_splitk on upcast inputs; k split in powers of two up to about 4
+// blocks per SM, each split keeping at least 32 compressed rows. For fp32 at L >= 4 it stays the
+// fitted rules' fallback (taken only where no cluster or staged plan runs).
+inline PlanCost plan_decode_splitk(const Problem& pb, const Candidates& c) {
+  if (pb.m > 16) return kNoPlan;
+  const Kernel native = pb.dtype == DType::kBF16  ? Kernel::kDecodeSplitKBF16
+                        : pb.dtype == DType::kF16 ? Kernel::kDecodeSplitKF16
+                                                  : Kernel::kDecodeF32SplitK;
+  const Kernel kernel = c.has(native) ? native : Kernel::kDecodeF32SplitK;
+  if (!c.has(kernel)) return kNoPlan;
+  if (kernel == Kernel::kDecodeF32SplitK && pb.L >= 4) {
+    const Plan fitted = cluster_decode_f32_plan(pb);
+    if (fitted.kernel != Kernel::kNone && c.has(fitted.kernel)) return kNoPlan;
   }
-  const DType dtype = DType::kF32;  // a 16-bit problem without a native plan: the fp32 fallback
-  auto supports = [&](Kernel kern) { return kernel_supports(kern, m, N, M, L, false, dtype, pb.cc, pb.sm90a); };
-  if (L < 4 || (L < 16 && m > 16)) return {Kernel::kGenericF32, 1};
-  if (m <= kClusterDecodeMaxM && clusters) return choose_cluster_decode(m, n, k, N, M, num_sms, max_cluster);
-  if (m <= 16) {
-    if (clusters) {
-      const Plan staged = choose_staged_decode(m, n, k, N, M, num_sms, max_cluster);
-      if (staged.kernel != Kernel::kNone) return staged;
-    }
-    // Decode: enough blocks to keep every SM streaming the weight.
-    const int col_blocks = ceil_div_i(n, 128);
-    const int64_t w = k / M * N;
-    int split = 1;
-    while (col_blocks * split < 4 * num_sms && split < 64 && w / (split * 2) >= 32) split *= 2;
-    return {Kernel::kDecodeF32SplitK, split};
-  }
-  Plan best{Kernel::kTiledF32_64x128, 1};
+  const int num_sms = pb.num_sms > 0 ? pb.num_sms : 132;
+  const int col_blocks = ceil_div_i(pb.n, 128);
+  const int64_t w = pb.M > 0 ? pb.k / pb.M * pb.N : 0;
+  int split = 1;
+  while (col_blocks * split < 4 * num_sms && split < kMaxSplitK && w / (split * 2) >= 32) split *= 2;
+  return plan_cost(pb, {kernel, split}, decode_cost_us(kernel, pb.n, pb.k, pb.N, pb.M, pb.L));
+}
+
+// fp32 tiled kernels (m > 16, L >= 16): the cheapest (kernel, split) under the tiled cost model.
+inline PlanCost plan_tiled(const Problem& pb, const Candidates& c) {
+  const int64_t m = pb.m, n = pb.n, k = pb.k, N = pb.N, M = pb.M;
+  const int num_sms = pb.num_sms > 0 ? pb.num_sms : 132;
+  if (m < kPrefillMinM) return kNoPlan;
+  Plan best{Kernel::kNone, 1};
   double best_us = -1.0;
-  for (const TiledCost& c : kTiledCosts) {
-    if (M > c.max_M || !supports(c.kernel)) continue;
+  for (const TiledCost& tc : kTiledCosts) {
+    if (M > tc.max_M || !c.has(tc.kernel)) continue;
     const int64_t kblocks = ceil_div_i(k, M > 32 ? 64 : 32);
-    const TileShape t = tile_shape(c.kernel);
+    const TileShape t = tile_shape(tc.kernel);
     for (const int split : kSplitCandidates) {
       // Each split keeps a useful k-extent (at least 4 k-blocks).
       if (split > 1 && kblocks / split < 4) break;
@@ -234,47 +274,183 @@ inline Plan choose_plan(const Problem& pb) {
       // is faster, which the cost model alone misranks (on an H100 plan sweep, with the rule at two
       // blocks per SM the picks are 4.2% above the best plan, at one block 3.4%; 12:32 6.8% -> 4.7%).
       const int64_t ctas = static_cast<int64_t>(ceil_div_i(m, t.bm)) * ceil_div_i(n, t.bn) * split;
-      if (c.kernel == Kernel::kTiledF32_128x128W8 && ctas >= static_cast<int64_t>(num_sms)) continue;
-      const double us = tiled_cost_us(c, m, n, k, N, M, split, num_sms, clusters);
+      if (tc.kernel == Kernel::kTiledF32_128x128W8 && ctas >= static_cast<int64_t>(num_sms)) continue;
+      const double us = tiled_cost_us(tc, m, n, k, N, M, split, num_sms, pb.cc >= 90);
       if (best_us < 0 || us < best_us) {
         best_us = us;
-        best = {c.kernel, split};
+        best = {tc.kernel, split};
       }
     }
   }
-  if (warp_packed_candidates(m, n, k, N, M, L)) {  // both families priced by one model; the tiled plan on a tie
-    double wp_us = -1.0;
-    const Plan wp = choose_warp_packed(m, n, k, N, M, num_sms, clusters, &wp_us);
-    if (best_us < 0 || wp_us < best_us) {
-      best = wp;
-      best_us = wp_us;
+  if (best.kernel == Kernel::kNone) return kNoPlan;
+  return plan_cost(pb, best, best_us + prefill_f32_fixed_us(m, k));
+}
+
+// fp32 warp-packed kernels (m > 16, L >= 32): priced by the model fitted jointly with the tiled one.
+inline PlanCost plan_warp_packed(const Problem& pb, const Candidates& c) {
+  const int64_t m = pb.m, n = pb.n, k = pb.k, N = pb.N, M = pb.M;
+  if (m < kPrefillMinM || !warp_packed_candidates(m, n, k, N, M, pb.L)) return kNoPlan;
+  for (const WarpPackedCost& wc : kWarpPackedCosts)
+    if (!c.has(wc.kernel)) return kNoPlan;
+  double us = -1.0;
+  const Plan plan = choose_warp_packed(m, n, k, N, M, pb.num_sms > 0 ? pb.num_sms : 132, pb.cc >= 90, &us);
+  return plan_cost(pb, plan, us + prefill_f32_fixed_us(m, k));
+}
+
+// The warp-specialized fp32 kernel (sm_90a, m > 16, L >= 32, 4 / 8 / 12 / 16 rows per 32 inputs).
+inline PlanCost plan_producer(const Problem& pb, const Candidates& c) {
+  const int64_t m = pb.m, n = pb.n, k = pb.k, N = pb.N, M = pb.M;
+  const int num_sms = pb.num_sms > 0 ? pb.num_sms : 132;
+  if (m < kPrefillMinM || !c.has(Kernel::kProducerF32_128x256)) return kNoPlan;
+  const int64_t kblocks = ceil_div_i(k, producer_shape(N, M).kb);
+  Plan best{Kernel::kProducerF32_128x256, 1};
+  double best_us = -1.0;
+  for (const int split : kSplitCandidates) {
+    if (split > 1 && kblocks / split < 4) break;
+    const double us = producer_cost_us(m, n, k, N, M, split, num_sms);
+    if (best_us < 0 || us < best_us) {
+      best_us = us;
+      best = {Kernel::kProducerF32_128x256, split};
     }
   }
-  if (supports(Kernel::kProducerF32_128x256)) {
-    const int64_t kblocks = ceil_div_i(k, producer_shape(N, M).kb);
-    for (const int split : kSplitCandidates) {
-      if (split > 1 && kblocks / split < 4) break;
-      const double us = producer_cost_us(m, n, k, N, M, split, num_sms);
-      if (best_us < 0 || us < best_us) {
-        best_us = us;
-        best = {Kernel::kProducerF32_128x256, split};
-      }
+  return plan_cost(pb, best, best_us + prefill_f32_fixed_us(m, k));
+}
+
+// Its tail variant, where the grid has more than one round of 128x256 tiles and a partial last one.
+inline PlanCost plan_producer_tail(const Problem& pb, const Candidates& c) {
+  const int64_t m = pb.m, n = pb.n, k = pb.k, N = pb.N, M = pb.M;
+  const int num_sms = pb.num_sms > 0 ? pb.num_sms : 132;
+  if (m < kPrefillMinM || !c.has(Kernel::kProducerTailF32_128x256)) return kNoPlan;
+  const int64_t tiles = static_cast<int64_t>(ceil_div_i(m, 128)) * ceil_div_i(n, 256);
+  if (tiles <= num_sms || producer_tail_tiles(m, n, num_sms) == 0) return kNoPlan;
+  const int64_t kblocks = ceil_div_i(k, producer_shape(N, M).kb);
+  Plan best{Kernel::kNone, 1};
+  double best_us = -1.0;
+  for (const int split : kSplitCandidates) {
+    if (split == 1) continue;
+    if (kblocks / split < 4) break;
+    const double us = producer_tail_cost_us(m, n, k, N, M, split, num_sms);
+    if (best_us < 0 || us < best_us) {
+      best_us = us;
+      best = {Kernel::kProducerTailF32_128x256, split};
     }
-    // The tail variant where the grid has more than one round and a partial last one.
-    const int64_t tiles = static_cast<int64_t>(ceil_div_i(m, 128)) * ceil_div_i(n, 256);
-    if (tiles > num_sms && producer_tail_tiles(m, n, num_sms) > 0) {
-      for (const int split : kSplitCandidates) {
-        if (split == 1) continue;
-        if (kblocks / split < 4) break;
-        const double us = producer_tail_cost_us(m, n, k, N, M, split, num_sms);
-        if (us < best_us) {
-          best_us = us;
-          best = {Kernel::kProducerTailF32_128x256, split};
-        }
-      }
-    }
+  }
+  if (best.kernel == Kernel::kNone) return kNoPlan;
+  return plan_cost(pb, best, best_us + prefill_f32_fixed_us(m, k));
+}
+
+// fp16 / bf16 decode (sm_90, thread-block clusters): up to m = 32, and m = 64 on weights below 2^25
+// elements (half_decode_preferred, from the m-sweep: beyond it the prefill plans measured 1.1-1.8x
+// faster, which the streaming cost does not see); the fitted plan (half_decode_plan) picks the
+// block and the cluster.
+inline PlanCost plan_decode_tc(const Problem& pb, const Candidates& c) {
+  if (pb.dtype == DType::kF32 || pb.cc < 90 || pb.m > ab_switches().half_decode_max_m ||
+      !kernels::half_decode_preferred(pb.m, pb.n, pb.k) ||
+      !kernels::half_decode_supports(pb.m, pb.n, pb.k, pb.N, pb.M, pb.L))
+    return kNoPlan;
+  const kernels::HalfDecodePlan d = kernels::half_decode_plan(pb.m, pb.n, pb.k, pb.N, pb.M, pb.num_sms > 0 ? pb.num_sms : 132);
+  const Plan plan{half_decode_kernel(d.config, pb.dtype == DType::kBF16), d.split_k};
+  if (!c.has(plan.kernel)) return kNoPlan;
+  return plan_cost(pb, plan, decode_cost_us(plan.kernel, pb.n, pb.k, pb.N, pb.M, pb.L));
+}
+
+// The gathered tensor-core prefill kernel (fp16 / bf16, sm_80+, m > 16): its split by
+// half_prefill_split, its cost by tc_prefill_cost_us.
+inline PlanCost plan_tc_prefill(const Problem& pb, const Candidates& c) {
+  if (pb.dtype == DType::kF32 || pb.m < kPrefillMinM) return kNoPlan;
+  const Kernel kernel = pb.dtype == DType::kBF16 ? Kernel::kTcPrefillBF16_128x256 : Kernel::kTcPrefillF16_128x256;
+  if (!c.has(kernel)) return kNoPlan;
+  const int sms = pb.num_sms > 0 ? pb.num_sms : 132;
+  const int split = half_prefill_split(pb.m, pb.n, pb.k, pb.N, pb.M, pb.L, sms);
+  const double us = tc_prefill_cost_us(pb.m, pb.n, pb.k, pb.N, pb.M, pb.L, split, sms,
+                                       half_prefill_warp_specialized(pb.cc, pb.L));
+  return plan_cost(pb, {kernel, split}, us);
+}
+
+// The dense expansion + cuBLAS, in the problem's dtype (or fp32 on upcast inputs where no native
+// row runs): every pattern, every m.
+inline PlanCost plan_dense_expand(const Problem& pb, const Candidates& c) {
+  PlanCost best = kNoPlan;
+  for (const Kernel kernel : {Kernel::kDenseExpandBF16, Kernel::kDenseExpandF16, Kernel::kDenseExpandF32}) {
+    if (!c.has(kernel)) continue;
+    const double us = dense_expand_cost_us(pb.m, pb.n, pb.k, pb.N, pb.M, pb.L, dtype_bytes(kernel_info(kernel).dtype));
+    best = cheaper(best, plan_cost(pb, {kernel, 1}, us));
   }
   return best;
+}
+
+// The generic fp32 kernel: every pattern (the only fp32 kernel below L = 4 besides the expansion).
+inline PlanCost plan_generic(const Problem& pb, const Candidates& c) {
+  if (!c.has(Kernel::kGenericF32)) return kNoPlan;
+  return plan_cost(pb, {Kernel::kGenericF32, 1}, generic_cost_us(pb.m, pb.n, pb.k, pb.N, pb.M, pb.num_sms));
+}
+
+// Never planned (col_info, see registry_candidates).
+inline PlanCost plan_none(const Problem&, const Candidates&) { return kNoPlan; }
+
+// Every family's planner, in the order that breaks ties (the first of equal costs wins: the fp32
+// prefill families in the order their joint model was fitted, the gathered tensor-core kernel
+// before the expansion as in the fit that set them against each other).
+using FamilyPlanner = PlanCost (*)(const Problem&, const Candidates&);
+struct FamilyPlan {
+  Family family;
+  FamilyPlanner planner;
+};
+constexpr FamilyPlan kFamilyPlanners[] = {
+    {Family::kDecodeTc, &plan_decode_tc},
+    {Family::kDecodeCluster, &plan_decode_f32},  // the two cluster decode families share the fitted rules
+    {Family::kDecodeStaged, &plan_decode_f32},
+    {Family::kDecodeSplitK, &plan_decode_splitk},
+    {Family::kTiled, &plan_tiled},
+    {Family::kWarpPacked, &plan_warp_packed},
+    {Family::kProducer, &plan_producer},
+    {Family::kProducerTail, &plan_producer_tail},
+    {Family::kTcPrefill, &plan_tc_prefill},
+    {Family::kDenseExpand, &plan_dense_expand},
+    {Family::kGeneric, &plan_generic},
+    {Family::kPacked, &plan_none},
+};
+constexpr int kNumFamilyPlanners = sizeof(kFamilyPlanners) / sizeof(kFamilyPlanners[0]);
+
+// Every family of the registry has exactly one planner.
+constexpr bool every_family_planned() {
+  for (const KernelInfo& k : kKernelTable) {
+    int found = 0;
+    for (const FamilyPlan& f : kFamilyPlanners) found += f.family == k.family;
+    if (found != 1) return false;
+  }
+  return true;
+}
+static_assert(every_family_planned(), "every kernel family needs one entry in kFamilyPlanners");
+
+// Every family's plan for a problem (kNoPlan where the family has no candidate kernel or no plan),
+// in kFamilyPlanners order; a planner shared by several families is asked once.
+struct FamilyCosts {
+  PlanCost cost[kNumFamilyPlanners];
+};
+inline FamilyCosts family_costs(const Problem& pb) {
+  const Candidates c = registry_candidates(pb);
+  bool family_has[kNumFamilyPlanners] = {};
+  for (const KernelInfo& k : kKernelTable)
+    if (c.has(k.id))
+      for (int i = 0; i < kNumFamilyPlanners; ++i) family_has[i] = family_has[i] || kFamilyPlanners[i].family == k.family;
+  FamilyCosts out;
+  for (int i = 0; i < kNumFamilyPlanners; ++i) {
+    out.cost[i] = kNoPlan;
+    bool asked = false;
+    for (int j = 0; j < i; ++j) asked = asked || (family_has[j] && kFamilyPlanners[j].planner == kFamilyPlanners[i].planner);
+    if (family_has[i] && !asked) out.cost[i] = kFamilyPlanners[i].planner(pb, c);
+  }
+  return out;
+}
+
+// The plan of a problem: the least estimated time over every family's plan.
+inline Plan choose_plan(const Problem& pb) {
+  const FamilyCosts fc = family_costs(pb);
+  PlanCost best = kNoPlan;
+  for (const PlanCost& c : fc.cost) best = cheaper(best, c);
+  if (best.plan.kernel == Kernel::kNone) return {Kernel::kGenericF32, 1};  // an empty problem no cost covers
+  return best.plan;
 }
 
 }  // namespace nmspmm

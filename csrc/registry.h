@@ -24,7 +24,7 @@ inline const char* dtype_name(DType t) {
 
 enum class Family : int {
   kGeneric,        // any pattern: one thread per output column and 4 rows
-  kDecodeSplitK,   // m <= 16: streams the compressed weight, k split over blocks (workspace)
+  kDecodeSplitK,   // m <= 16, any L: streams the compressed weight, k split over blocks (workspace)
   kDecodeCluster,  // m <= 2, clusters: k split over the warps of a block and the blocks of a cluster
   kDecodeStaged,   // m <= 16, clusters: 8 warps over 128 x col_warps columns share a staged x
   kTiled,          // L >= 16: the whole k-slab of x for a tile in shared memory
@@ -34,7 +34,7 @@ enum class Family : int {
   kProducerTail,   // the same with split-K on the grid's last round of tiles only
   kDecodeTc,       // fp16 / bf16, m <= 64, clusters: tensor-core streaming of the weight, k split on chip
   kTcPrefill,      // fp16 / bf16, sm_80+: gathered ldmatrix + mma.sync over a k-major copy of x
-  kDenseExpand,    // fp16 / bf16: the weight expanded to dense for the call, then cuBLAS
+  kDenseExpand,    // any dtype: the weight expanded to dense for the call, then cuBLAS
 };
 inline const char* family_name(Family f) {
   switch (f) {
@@ -88,6 +88,9 @@ enum class Kernel : int {
   kTcPrefillF16_128x256,
   kDenseExpandBF16,
   kDenseExpandF16,
+  kDenseExpandF32,
+  kDecodeSplitKBF16,
+  kDecodeSplitKF16,
   kCount,
   kNone = -1,
 };
@@ -123,7 +126,7 @@ struct KernelInfo {
 // The row order is the order of Kernel.
 constexpr KernelInfo kKernelTable[] = {
     {Kernel::kGenericF32, "generic_f32", Family::kGeneric, DType::kF32, 0, 0, 4, 0, 1, 0, 0, 0, false, false, false, 1},
-    {Kernel::kDecodeF32SplitK, "decode_f32_splitk", Family::kDecodeSplitK, DType::kF32, 0, 128, 4, 0, 4, 0, 16, 0, false, false, false, kMaxSplitK},
+    {Kernel::kDecodeF32SplitK, "decode_f32_splitk", Family::kDecodeSplitK, DType::kF32, 0, 128, 4, 0, 1, 0, 16, 0, false, false, false, kMaxSplitK},
     {Kernel::kDecodeF32ClusterW4, "decode_f32_cluster_w4", Family::kDecodeCluster, DType::kF32, 0, 128, 4, 4, 4, 0, 2, 90, false, false, false, kMaxDecodeCluster},
     {Kernel::kDecodeF32ClusterW8, "decode_f32_cluster_w8", Family::kDecodeCluster, DType::kF32, 0, 128, 8, 8, 4, 0, 2, 90, false, false, false, kMaxDecodeCluster},
     {Kernel::kDecodeF32ClusterW16, "decode_f32_cluster_w16", Family::kDecodeCluster, DType::kF32, 0, 128, 16, 16, 4, 0, 2, 90, false, false, false, kMaxDecodeCluster},
@@ -157,8 +160,15 @@ constexpr KernelInfo kKernelTable[] = {
     {Kernel::kDecodeTcF16Kept64, "decode_tc_f16_kept64", Family::kDecodeTc, DType::kF16, 0, 64, 8, 64, 16, 64, 64, 90, false, false, false, kMaxDecodeCluster},
     {Kernel::kTcPrefillBF16_128x256, "tc_prefill_bf16_128x256", Family::kTcPrefill, DType::kBF16, 128, 256, 8, 0, 16, 64, kTcPrefillMaxM, 80, false, false, false, 4},
     {Kernel::kTcPrefillF16_128x256, "tc_prefill_f16_128x256", Family::kTcPrefill, DType::kF16, 128, 256, 8, 0, 16, 64, kTcPrefillMaxM, 80, false, false, false, 4},
-    {Kernel::kDenseExpandBF16, "dense_expand_bf16", Family::kDenseExpand, DType::kBF16, 0, 0, 8, 0, 1, 64, 0, 0, false, false, false, 1},
-    {Kernel::kDenseExpandF16, "dense_expand_f16", Family::kDenseExpand, DType::kF16, 0, 0, 8, 0, 1, 64, 0, 0, false, false, false, 1},
+    // The dense expansion + cuBLAS, in every dtype: runs every pattern and every m, so the policy
+    // always has it as a candidate (no call is planned slower than the expansion by the cost model).
+    // The 16-bit rows need sm_80 (bf16 tensor cores; the native 16-bit kernels' floor).
+    {Kernel::kDenseExpandBF16, "dense_expand_bf16", Family::kDenseExpand, DType::kBF16, 0, 0, 8, 0, 1, 64, 0, 80, false, false, false, 1},
+    {Kernel::kDenseExpandF16, "dense_expand_f16", Family::kDenseExpand, DType::kF16, 0, 0, 8, 0, 1, 64, 0, 80, false, false, false, 1},
+    {Kernel::kDenseExpandF32, "dense_expand_f32", Family::kDenseExpand, DType::kF32, 0, 0, 8, 0, 1, 64, 0, 0, false, false, false, 1},
+    // The split-K decode kernel with values in their own 16-bit dtype, any L (spmm_decode_splitk.cuh).
+    {Kernel::kDecodeSplitKBF16, "decode_splitk_bf16", Family::kDecodeSplitK, DType::kBF16, 0, 128, 4, 0, 1, 0, 16, 80, false, false, false, kMaxSplitK},
+    {Kernel::kDecodeSplitKF16, "decode_splitk_f16", Family::kDecodeSplitK, DType::kF16, 0, 128, 4, 0, 1, 0, 16, 80, false, false, false, kMaxSplitK},
 };
 constexpr int kNumKernels = static_cast<int>(Kernel::kCount);
 static_assert(sizeof(kKernelTable) / sizeof(kKernelTable[0]) == kNumKernels, "one kKernelTable row per Kernel");
@@ -254,11 +264,13 @@ inline bool kernel_supports(Kernel kernel, int64_t m, int64_t N, int64_t M, int6
   return true;
 }
 
-// The native fp16 / bf16 families.
+// The native fp16 / bf16 kernels (decode_tc, tc_prefill, dense_expand_{bf16,f16},
+// decode_splitk_{bf16,f16}); dense_expand_f32 and every fp32 kernel take 16-bit inputs upcast.
 inline bool is_half_kernel(Kernel kernel) {
-  if (!valid_kernel(kernel)) return false;
-  const Family f = kernel_info(kernel).family;
-  return f == Family::kDecodeTc || f == Family::kTcPrefill || f == Family::kDenseExpand;
+  return valid_kernel(kernel) && kernel_info(kernel).dtype != DType::kF32;
+}
+inline bool is_dense_expand_kernel(Kernel kernel) {
+  return valid_kernel(kernel) && kernel_info(kernel).family == Family::kDenseExpand;
 }
 
 // Largest split-K a tiled or packing kernel reduces inside a thread-block cluster. The kernels
@@ -286,7 +298,8 @@ inline bool plan_reduces_in_cluster(Kernel kernel, int split_k, bool clusters) {
 // Whether a plan writes a split-K workspace [split_k, m, n] that a second launch reduces (the tail
 // variant sizes its own, producer_tail_workspace_floats).
 inline bool plan_uses_workspace(Kernel kernel, int split_k, bool clusters) {
-  return split_k > 1 && kernel != Kernel::kGenericF32 && !plan_reduces_in_cluster(kernel, split_k, clusters);
+  return split_k > 1 && kernel != Kernel::kGenericF32 && !is_dense_expand_kernel(kernel) &&
+         !plan_reduces_in_cluster(kernel, split_k, clusters);
 }
 
 }  // namespace nmspmm

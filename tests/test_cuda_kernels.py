@@ -56,8 +56,9 @@ CL_W4, CL_W8, CL_W16 = "decode_f32_cluster_w4", "decode_f32_cluster_w8", "decode
 ST_128, ST_256, ST_512 = "decode_f32_staged_128", "decode_f32_staged_256", "decode_f32_staged_512"
 WP128, WP64, WP32 = "warp_packed_f32_128x128", "warp_packed_f32_64x128", "warp_packed_f32_32x128"
 PROD, TAIL = "producer_f32_128x256_sm90a", "producer_tail_f32_128x256_sm90a"
+DENSE = "dense_expand_f32"  # the weight expanded to dense fp32 for the call, then cuBLAS (every pattern)
 assert all(k in INFO for k in (T128, T64, T32, T64X64, P128, P64, P32, CL_W4, CL_W8, CL_W16, ST_128, ST_256, ST_512,
-                                 WP128, WP64, WP32, PROD, TAIL))
+                                 WP128, WP64, WP32, PROD, TAIL, DENSE))
 
 
 def decode_m(kernel, m, other):
@@ -238,7 +239,7 @@ def _plan_cases():
 
     def add(kernel, N, M, L, m, splits):
         if supports(kernel, m, N, M, L):
-            for s in (splits if kernel != GENERIC else (1,)):
+            for s in (splits if kernel not in (GENERIC, DENSE) else (1,)):  # no split-K
                 cases.append(pytest.param(kernel, N, M, L, m, s, id=f"k{kernel}-{N}:{M}-L{L}-m{m}-s{s}"))
 
     for kernel, (N, M), m in itertools.product(KERNELS, PATTERNS_ALL, MS):
@@ -254,6 +255,7 @@ def _plan_cases():
         add(kernel, N, M, L, m, (1, 4))
     for L, (N, M), m in itertools.product((1, 2, 8), PATTERNS_ALL, MS_OTHER_L):
         add(GENERIC, N, M, L, m, (1,))
+        add(DENSE, N, M, L, m, (1,))
         add(DECODE, N, M, L, m, (1, 2))
         for kernel in CLUSTER:
             add(kernel, N, M, L, m, (1, 8))
@@ -340,7 +342,7 @@ def test_llama_shapes(shape, pattern):
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
-@pytest.mark.parametrize("kernel,split_k", [(None, 1), (GENERIC, 1), (DECODE, 2), (CL_W4, 2), (T64, 2), (P64, 1)])
+@pytest.mark.parametrize("kernel,split_k", [(None, 1), (GENERIC, 1), (DECODE, 2), (CL_W4, 2), (T64, 2), (P64, 1), (DENSE, 1)])
 def test_half_precision(kernel, split_k, dtype):
     N, M, L = 4, 32, 32
     w = small_weight(N, M, L)
@@ -364,7 +366,7 @@ def test_half_precision(kernel, split_k, dtype):
 # layouts, shapes, repetition, determinism
 
 FAMILIES = [(GENERIC, 1), (DECODE, 1), (DECODE, 4), (CL_W4, 1), (CL_W16, 8), (ST_128, 2), (ST_512, 1), (T128, 1), (T32, 2), (T64X64, 1), (P128, 1), (P32, 2),
-            (WP128, 1), (PROD, 1), (PROD, 3), (None, 1)]
+            (WP128, 1), (PROD, 1), (PROD, 3), (DENSE, 1), (None, 1)]
 
 
 def fam_id(p):
@@ -425,7 +427,7 @@ def test_repeated_calls_and_interleaved_shapes():
 
 
 DET_PLANS = [(GENERIC, 1), (DECODE, 1), (DECODE, 2), (DECODE, 8), (DECODE, 32), (CL_W4, 1), (CL_W4, 8), (CL_W8, 4),
-             (CL_W16, 2), (ST_128, 1), (ST_256, 8), (ST_512, 4), (None, 1)] + \
+             (CL_W16, 2), (ST_128, 1), (ST_256, 8), (ST_512, 4), (DENSE, 1), (None, 1)] + \
     [(k, s) for k in TILED + PACKED + WARP_PACKED + PRODUCER for s in (1, 2, 3, 4, 16)]
 
 

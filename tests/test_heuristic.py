@@ -14,11 +14,15 @@ KERNELS = nmspmm.kernels()
 INFO = {name: nmspmm.kernel_info(name) for name in KERNELS}
 
 
+DTYPE_NAMES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
+
+
 def family(*names):
     return {k for k in KERNELS if INFO[k].family in names}
 
 
 GENERIC, DECODE = "generic_f32", "decode_f32_splitk"
+DENSE_F32 = "dense_expand_f32"  # the weight expanded to dense fp32 for the call, then cuBLAS
 TILED = family("tiled")
 PACKED = family("packed")
 CLUSTER_DECODE = family("decode_cluster")  # m <= 2, split_k = cluster size
@@ -73,8 +77,8 @@ def _check(m, n, k, N, M, L, sms, cc=90):
     if split_k > 1:
         # Every split keeps at least one k-block of 64 inputs (or one row of the compressed weight).
         assert split_k <= max(1, k // 64, k // M * N), where
-    if L < 4:
-        assert kernel == GENERIC, where
+    if L < 4:  # the split-K decode kernel up to m = 16 (test_decode_short_plans.py), else by cost
+        assert kernel in ((DECODE,) if m <= 16 else (GENERIC, DENSE_F32)), where
     if m <= 2 and L >= 4:
         assert kernel in (CLUSTER_DECODE | STAGED_DECODE if clusters else {DECODE}), where
         if kernel in CLUSTER_DECODE and sms > 0:
@@ -144,14 +148,21 @@ def test_heuristic_empty_problems():
 
 
 def test_heuristic_half_precision_plans_the_fp32_fallback():
-    # Where no native 16-bit kernel covers the call (the decode range, m <= 16, with L < 16: the
-    # support matrix's "everything else"), a float16 / bfloat16 problem runs the fp32 kernels on
-    # upcast inputs, so its plan is the float32 plan.
+    # Below sm_80 no native 16-bit kernel runs (the support matrix's last row): a float16 / bfloat16
+    # problem runs the fp32 kernels on upcast inputs.
+    for m, (N, M), L in itertools.product((1, 8, 16, 64, 1024), ((16, 32), (4, 32), (2, 4)), (1, 4, 32)):
+        for dtype in (torch.float16, torch.bfloat16):
+            kernel, _ = plan(m, 4096, 4096, N, M, L, cc=75, dtype=dtype)
+            assert INFO[kernel].dtype == "float32", (m, N, M, L, dtype, kernel)
+
+
+def test_heuristic_half_precision_decode_short_vectors_is_native():
+    # From sm_80, the decode range (m <= 16) with L < 16 reads the weight in its own dtype (the
+    # split-K decode kernel or the expansion): an upcast copy of the weight per call costs more.
     for m, (N, M), L, cc in itertools.product((1, 2, 8, 16), ((16, 32), (4, 32), (2, 4)), (1, 2, 4, 8), (80, 90)):
         for dtype in (torch.float16, torch.bfloat16):
-            kernel, split_k = plan(m, 4096, 4096, N, M, L, cc=cc, dtype=dtype)
-            assert INFO[kernel].dtype == "float32", (m, N, M, L, cc, dtype, kernel)
-            assert (kernel, split_k) == plan(m, 4096, 4096, N, M, L, cc=cc), (m, N, M, L, cc, dtype)
+            kernel, _ = plan(m, 4096, 4096, N, M, L, cc=cc, dtype=dtype)
+            assert INFO[kernel].dtype == DTYPE_NAMES[dtype], (m, N, M, L, cc, dtype, kernel)
 
 
 def test_heuristic_compute_capability():
@@ -240,9 +251,17 @@ def test_heuristic_staged_decode_plan(point):
     assert plan(m, n, k, N, 32, 32, cc=80)[0] == DECODE
 
 
-def test_heuristic_generic_for_short_vectors():
-    for m, L in itertools.product((1, 16, 17, 4096), (1, 2)):
-        assert plan(m, 4096, 4096, 2, 4, L) == (GENERIC, 1)
+def test_heuristic_short_vectors():
+    # L = 1, 2 in fp32 past the decode range: only the generic kernel gathers them, and it walks
+    # every compressed row per thread (H200, 4096^2 2:4 L = 1: 0.067x cuBLAS fp32 at m = 1024), so
+    # the expansion + cuBLAS is cheaper (the policy's search; docs/kernels.md).
+    for m, L in itertools.product((17, 4096), (1, 2)):
+        assert plan(m, 4096, 4096, 2, 4, L) == (DENSE_F32, 1)
+    # L = 4..8 past the decode kernels' m (m > 16): the expansion, not the generic kernel (0.069x).
+    for m, L in itertools.product((17, 1024), (4, 8)):
+        assert plan(m, 4096, 4096, 2, 4, L) == (DENSE_F32, 1)
+    for m, L in itertools.product((1, 16), (1, 2)):  # decode: the split-K kernel (test_decode_short_plans.py)
+        assert plan(m, 4096, 4096, 2, 4, L)[0] == DECODE
 
 
 def test_heuristic_never_picks_packing_kernels():

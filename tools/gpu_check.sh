@@ -10,6 +10,8 @@
 #             fp32 / bf16 and PyTorch 2:4 bf16 (BENCH_HALF=fp16,bf16: fp16 rows too)
 #   decode    bench_decode_half.py --stream-ref $DECODE_ARGS (bf16 and fp16 decode rows, m-sweep)
 #   quick | full | e2e   benchmarks (bench_spmm --quick, --suite all, e2e_llama)
+#   plantable benchmarks/plan_table.py: every plan the policy compares, timed against cuBLAS (the
+#             CSV tests/test_policy_table.py replays; commit it as benchmarks/results/plan_table.csv)
 #   arch90    a second build with TORCH_CUDA_ARCH_LIST=9.0 (in a copy of the tree), timed against
 #             this one on the 100 NM-SpMM points in fp32
 #   bash tools/gpu_check.sh tests fuzz fuzzmem sanitize
@@ -48,6 +50,8 @@ for phase in "$@"; do
         --out "$OUT/bench" > "$OUT/bench/console.txt" 2>&1; echo "bench100 rc=$?"; tail -30 "$OUT/bench/console.txt" ;;
     decode) timeout 900 python3 benchmarks/bench_decode_half.py --stream-ref ${DECODE_ARGS:-} --out "$OUT/decode" > "$OUT/decode_console.txt" 2>&1
       echo "decode rc=$?"; tail -45 "$OUT/decode_console.txt" ;;
+    plantable) timeout 900 python3 benchmarks/plan_table.py --out "$OUT/plan_table.csv" > "$OUT/plan_table.txt" 2>&1
+      echo "plantable rc=$?"; tail -40 "$OUT/plan_table.txt" ;;
     quick) python3 benchmarks/bench_spmm.py --quick --out "$OUT/quick" > "$OUT/bench_quick.txt" 2>&1; echo "quick rc=$?"; tail -40 "$OUT/bench_quick.txt" ;;
     full) python3 benchmarks/bench_spmm.py --suite all --out "$OUT/full" > "$OUT/bench_full.txt" 2>&1; echo "full rc=$?"; tail -60 "$OUT/bench_full.txt" ;;
     e2e) python3 benchmarks/e2e_llama.py --out "$OUT/full" > "$OUT/e2e.txt" 2>&1; echo "e2e rc=$?"; tail -40 "$OUT/e2e.txt" ;;

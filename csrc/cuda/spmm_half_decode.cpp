@@ -15,6 +15,7 @@
 
 #include "kernels/half/decode_half_plan.h"
 #include "kernels/half/spmm_half.h"
+#include "kernels/spmm_decode_splitk.h"
 #include "spmm_params.h"
 
 namespace nmspmm {
@@ -55,6 +56,42 @@ at::Tensor spmm_half_decode(const at::Tensor& x2, const at::Tensor& values, cons
   const cudaError_t err = kernels::launch_half_decode(p, config, c10::cuda::getCurrentCUDAStream());
   TORCH_CHECK(err == cudaSuccess, "nmspmm.spmm: fp16/bf16 decode kernel (config ", config, ", split_k=", split_k,
               ") failed for m=", m, " n=", out, " k=", in, ": ", cudaGetErrorString(err));
+  return y;
+}
+
+// Runs a decode_splitk_{bf16,f16} plan (spmm_decode_splitk.cuh: any L, m <= 16, values in their
+// own dtype): k split over split_k blocks whose fp32 partials go to a workspace [split_k, m, out]
+// from the caching allocator (as decode_f32_splitk's in spmm_ops.cpp), summed in fixed order by a
+// second kernel, launched with programmatic dependent launch when `overlap`. Unaligned values,
+// indices, bias or odd n take the kernels' scalar loads (no copy). x2 is x reshaped to [m, in].
+at::Tensor spmm_decode_splitk_half(const at::Tensor& x2, const at::Tensor& values, const at::Tensor& indices,
+                                   int64_t N, int64_t M, int64_t L, const std::optional<at::Tensor>& bias, int split_k,
+                                   bool overlap) {
+  const int64_t m = x2.size(0), in = x2.size(1), out = values.size(1);
+  TORCH_CHECK(m >= 1 && m <= kernels::kDecodeSplitKMaxM, "nmspmm.spmm: the decode_splitk kernels run 1 <= m <= ",
+              kernels::kDecodeSplitKMaxM, ", got m=", m);
+  TORCH_CHECK(split_k >= 1 && split_k <= 65535, "nmspmm.spmm: split_k of the decode_splitk kernels must be >= 1, got ",
+              split_k);
+  at::Tensor x = x2;
+  if (x.stride(1) != 1 || (m > 1 && x.stride(0) < in)) x = x.contiguous();
+  const at::Tensor vals = values.contiguous();
+  const at::Tensor idx = indices.contiguous();
+  at::Tensor b;
+  if (bias.has_value()) b = bias->contiguous();
+  at::Tensor y = at::empty({m, out}, x.options());
+  kernels::HalfSpmmParams p = half_params(x, m > 1 ? x.stride(0) : in, vals, idx, b, y, N, M, L, split_k);
+  at::Tensor workspace;
+  if (split_k > 1) {
+    workspace = at::empty({split_k, m, out}, x.options().dtype(at::kFloat));
+    p.scratch = workspace.data_ptr();
+    p.scratch_bytes = kernels::half_decode_splitk_workspace_bytes(p);
+  }
+  // Records y as this launch's output on the stream, so that a later decode kernel that starts
+  // early never reads it as its weight before it is written (the kernel itself starts in order).
+  (void)decode_launch_may_overlap(vals, idx, y);
+  const cudaError_t err = kernels::launch_half_decode_splitk(p, overlap, c10::cuda::getCurrentCUDAStream());
+  TORCH_CHECK(err == cudaSuccess, "nmspmm.spmm: decode_splitk kernel (split_k=", split_k, ") failed for m=", m,
+              " n=", out, " k=", in, " with pattern ", N, ":", M, " L=", L, ": ", cudaGetErrorString(err));
   return y;
 }
 

@@ -1,9 +1,9 @@
 // CUDA binding of nmspmm::spmm and nmspmm::spmm_with_plan: checks the arguments, turns tensors
 // into pointers, asks the heuristic (csrc/policy.h) for a plan and runs it through the torch-free
 // launcher (csrc/cuda/kernels/spmm_launch.h) on the current stream. Nothing here synchronizes; the only
-// allocations are the output, the k-major copy of x for the tiled kernels and, for split-K
-// reduced off chip, a workspace, all from PyTorch's caching allocator (so the op is CUDA-graph
-// capturable). On sm_90 split-K reduces inside a thread-block cluster and needs no workspace.
+// allocations are the output, the k-major copy of x for the tiled kernels, for split-K reduced off
+// chip a workspace, and for dense_expand_f32 the transient dense weight, all from PyTorch's caching
+// allocator (so the op is CUDA-graph capturable). On sm_90 split-K reduces inside a thread-block cluster and needs no workspace.
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/all.h>
@@ -15,16 +15,20 @@
 #include "../checks.h"
 #include "../policy.h"
 #include "../registry.h"
+#include "kernels/expand_dense.h"
 #include "kernels/spmm.h"
 #include "kernels/spmm_launch.h"
 #include "spmm_params.h"
 
 namespace nmspmm {
 
-// spmm_half_decode.cpp / spmm_half_prefill.cpp: the native fp16 / bf16 plans (decode_tc_*;
-// tc_prefill_* and dense_expand_*), on x reshaped to [m, in] with m >= 1.
+// spmm_half_decode.cpp / spmm_half_prefill.cpp: the native fp16 / bf16 plans (decode_tc_*,
+// decode_splitk_*; tc_prefill_* and dense_expand_*), on x reshaped to [m, in] with m >= 1.
 at::Tensor spmm_half_decode(const at::Tensor& x2, const at::Tensor& values, const at::Tensor& indices, int64_t N,
                             int64_t M, int64_t L, const std::optional<at::Tensor>& bias, int config, int split_k);
+at::Tensor spmm_decode_splitk_half(const at::Tensor& x2, const at::Tensor& values, const at::Tensor& indices,
+                                   int64_t N, int64_t M, int64_t L, const std::optional<at::Tensor>& bias, int split_k,
+                                   bool overlap);
 at::Tensor spmm_half_prefill(const at::Tensor& x2, const at::Tensor& values, const at::Tensor& indices, int64_t N,
                              int64_t M, int64_t L, const std::optional<at::Tensor>& bias, bool dense, int split_k,
                              bool warp_specialized);
@@ -141,6 +145,36 @@ bool decode_launch_may_overlap(const at::Tensor& values, const at::Tensor& indic
 
 namespace {
 
+// dense_expand_f32: cuBLAS on the weight expanded to dense fp32 for the call. The product is
+// at::linear, so torch's TF32 setting applies exactly as to F.linear on a dense fp32 weight. The
+// dense copy [n, k] comes from the caching allocator here in the binding, as the 16-bit expansion's
+// does (spmm_half_prefill.cpp): on the current stream, no synchronization, graph-capturable, and the
+// resident weight stays compressed; the kernels allocate nothing. A last kernel recomputes the rows
+// of x holding a NaN or Inf from their kept inputs (docs/format.md, "NaN and Inf in x").
+at::Tensor spmm_dense_f32(const at::Tensor& x2, const at::Tensor& vals, const at::Tensor& idx, int64_t N, int64_t M,
+                          int64_t L, const at::Tensor& b) {
+  const int64_t m = x2.size(0), in = x2.size(1), out = vals.size(1);
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  at::Tensor dense = at::empty({out, in}, vals.options());
+  kernels::SpmmParams p{};
+  p.x = x2.data_ptr<float>();
+  p.ldx = m > 1 ? x2.stride(0) : in;
+  p.values = vals.data_ptr<float>();
+  p.indices = idx.data_ptr<uint8_t>();
+  p.bias = b.defined() ? b.data_ptr<float>() : nullptr;
+  set_problem(p, m, out, in, N, M, L, 1);
+  cudaError_t err = kernels::launch_expand_dense_f32(p, dense.data_ptr<float>(), stream);
+  TORCH_CHECK(err == cudaSuccess, "nmspmm.spmm: expanding the fp32 weight failed for n=", out, " k=", in, ": ",
+              cudaGetErrorString(err));
+  at::Tensor y = b.defined() ? at::linear(x2, dense, b) : at::linear(x2, dense);
+  TORCH_CHECK(y.dim() == 2 && y.stride(1) == 1, "nmspmm.spmm: unexpected layout of the dense product");
+  p.y = y.data_ptr<float>();
+  err = kernels::launch_regather_non_finite_rows_f32(p, y.stride(0), stream);
+  TORCH_CHECK(err == cudaSuccess, "nmspmm.spmm: the non-finite row check failed for m=", m, " n=", out, ": ",
+              cudaGetErrorString(err));
+  return y;
+}
+
 DType dtype_of(at::ScalarType t) {
   return t == at::kHalf ? DType::kF16 : t == at::kBFloat16 ? DType::kBF16 : DType::kF32;
 }
@@ -195,10 +229,14 @@ at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const a
     if (in == 0) return spmm_no_inputs(x, out, bias).reshape(out_shape);
     if (m == 0 || out == 0) return at::empty({m, out}, x.options()).reshape(out_shape);
     const KernelInfo& info = kernel_info(plan.kernel);
-    at::Tensor y = info.family == Family::kDecodeTc
-                       ? spmm_half_decode(x2, values, indices, N, M, L, bias, half_decode_config(plan.kernel), plan.split_k)
-                       : spmm_half_prefill(x2, values, indices, N, M, L, bias, info.family == Family::kDenseExpand,
-                                           plan.split_k, half_prefill_warp_specialized(device.cc, L));
+    at::Tensor y;
+    if (info.family == Family::kDecodeTc)
+      y = spmm_half_decode(x2, values, indices, N, M, L, bias, half_decode_config(plan.kernel), plan.split_k);
+    else if (info.family == Family::kDecodeSplitK)  // the reduction overlaps its kernel's tail where fp32's does
+      y = spmm_decode_splitk_half(x2, values, indices, N, M, L, bias, plan.split_k, clusters && ab_switches().overlap);
+    else
+      y = spmm_half_prefill(x2, values, indices, N, M, L, bias, info.family == Family::kDenseExpand, plan.split_k,
+                            half_prefill_warp_specialized(device.cc, L));
     return y.reshape(out_shape);
   }
   // The registry's fp32 kernels: a dtype without a native plan for the call is upcast and the
@@ -213,6 +251,12 @@ at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const a
     if (!aligned16(b.data_ptr())) b = b.clone();
   }
   if (in == 0) return spmm_no_inputs(x, out, bias).reshape(out_shape);
+  if (is_dense_expand_kernel(plan.kernel)) {  // dense_expand_f32 (16-bit inputs upcast above)
+    if (m == 0 || out == 0) return at::empty({m, out}, x.options()).reshape(out_shape);
+    at::Tensor y = spmm_dense_f32(x2, vals, indices.contiguous(), N, M, L, b);
+    if (dtype != at::kFloat) y = y.to(dtype);
+    return y.reshape(out_shape);
+  }
   at::Tensor y = at::empty({m, out}, x.options().dtype(at::kFloat));
   if (m == 0 || out == 0) return y.to(dtype).reshape(out_shape);
 

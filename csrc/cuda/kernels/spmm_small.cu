@@ -15,6 +15,7 @@
 #include "fma_order.cuh"
 #include "launch_overlap.cuh"
 #include "spmm.h"
+#include "spmm_decode_splitk.h"
 #include "spmm_small.h"
 
 namespace nmspmm {
@@ -270,7 +271,17 @@ cudaError_t launch_generic(const SpmmParams& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
+namespace {
+// The split-K decode problem of p for the kernels of spmm_decode_splitk.cuh.
+DecodeSplitKArgs decode_splitk_args(const SpmmParams& p) {
+  return {p.x, p.ldx, p.values, p.indices, p.bias, p.y, p.workspace, p.m, p.n, p.k, p.N, p.M, p.L, p.split_k,
+          p.overlap_launches};
+}
+}  // namespace
+
 cudaError_t launch_decode_splitk(const SpmmParams& p, cudaStream_t stream) {
+  // L < 4: a lane's 4 columns have up to 4 indices (spmm_decode_splitk.cuh); this kernel keeps L >= 4.
+  if (p.L < 4) return launch_decode_splitk_f32(decode_splitk_args(p), stream);
   if (p.m <= 1) return launch_decode<1>(p, stream);
   if (p.m <= 2) return launch_decode<2>(p, stream);
   if (p.m <= 4) return launch_decode<4>(p, stream);
@@ -279,6 +290,8 @@ cudaError_t launch_decode_splitk(const SpmmParams& p, cudaStream_t stream) {
 }
 
 cudaError_t launch_reduce_splits(const SpmmParams& p, cudaStream_t stream) {
+  // Rows of n % 4 != 0 (L < 4) break this kernel's 4-element vectors: the scalar-capable reduction.
+  if (p.n % 4 != 0) return launch_reduce_splits_f32(decode_splitk_args(p), stream);
   const int64_t mn = p.m * p.n;
   return launch_items_after(reduce_splits_kernel, mn / 4, p.overlap_launches, stream,
                             static_cast<const float*>(p.workspace), p.split_k, mn, p.n, p.bias, p.y);
