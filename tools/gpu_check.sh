@@ -14,26 +14,51 @@
 #             CSV tests/test_policy_table.py replays; commit it as benchmarks/results/plan_table.csv)
 #   arch90    a second build with TORCH_CUDA_ARCH_LIST=9.0 (in a copy of the tree), timed against
 #             this one on the 100 NM-SpMM points in fp32
-#   bash tools/gpu_check.sh tests fuzz fuzzmem sanitize
+#   checks    tests + fuzz + fuzzmem + sanitize: the full GPU check of a change under csrc/
+#   bash tools/gpu_check.sh checks          # or the phases one by one, one device call each
+# Every call records the tree it ran (tree.txt: git rev-parse HEAD, git rev-parse HEAD:csrc, the
+# dirty state of the tree and of csrc/, a sha256 of `git diff HEAD`) and appends one row per check
+# phase to gpu_checks_rows.md, in the format of benchmarks/results/h100/gpu_checks.md, naming that
+# tree: paste the rows there.
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0a} MAX_JOBS=${MAX_JOBS:-16} HF_HUB_OFFLINE=1
+HEAD_SHA=$(git rev-parse --short=10 HEAD 2>/dev/null || echo unknown)
+CSRC_TREE=$(git rev-parse --short=10 HEAD:csrc 2>/dev/null || echo unknown)
+DIRTY=$(git status --porcelain --untracked-files=no 2>/dev/null)
+CSRC_DIRTY=$(git status --porcelain --untracked-files=no -- csrc 2>/dev/null)
+TREE="csrc ${CSRC_TREE} (HEAD ${HEAD_SHA}$([ -n "$DIRTY" ] && echo ", uncommitted changes$([ -n "$CSRC_DIRTY" ] && echo " IN csrc/") (diff sha256 $(git diff HEAD | sha256sum | cut -c1-10))"))"
+{ echo "HEAD $(git rev-parse HEAD 2>/dev/null)"; echo "HEAD:csrc $(git rev-parse HEAD:csrc 2>/dev/null)"
+  echo "dirty: $([ -n "$DIRTY" ] && echo yes || echo no)"; echo "csrc dirty: $([ -n "$CSRC_DIRTY" ] && echo yes || echo no)"
+  [ -n "$DIRTY" ] && { echo "$DIRTY"; echo "diff sha256 $(git diff HEAD | sha256sum | cut -d' ' -f1)"; }
+  nvidia-smi -L 2>/dev/null; python3 -c "import torch; print('torch', torch.__version__)"; } > "$OUT/tree.txt"
+echo "tree: $TREE"
+[ -n "$CSRC_DIRTY" ] && echo "WARNING: csrc/ differs from HEAD: the rows name HEAD:csrc, which is not the code that runs"
+row() { echo "| $1, $TREE | \`$2\` | $3 |" >> "$OUT/gpu_checks_rows.md"; }
 t0=$(date +%s)
 python3 -m pip install --no-build-isolation --no-deps -e . > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
 echo "build: $(( $(date +%s) - t0 )) s"
+phases=()
 for phase in "$@"; do
+  if [ "$phase" = checks ]; then phases+=(tests fuzz fuzzmem sanitize); else phases+=("$phase"); fi
+done
+for phase in "${phases[@]}"; do
   t=$(date +%s)
   case "$phase" in
     tests) mkdir -p "$OUT/gpu_tests"
-      timeout 900 python3 -m pytest -q -rf --no-header -p no:cacheprovider -n 8 tests > "$OUT/gpu_tests/pytest.txt" 2>&1
-      echo "tests rc=$? $(tail -1 "$OUT/gpu_tests/pytest.txt")"; grep -E "^FAILED|^ERROR" "$OUT/gpu_tests/pytest.txt" | head -20 ;;
+      timeout 900 python3 -m pytest -q -rfs --no-header -p no:cacheprovider -n 8 tests \
+        --junitxml="$OUT/gpu_tests/junit.xml" > "$OUT/gpu_tests/pytest.txt" 2>&1
+      rc=$?; echo "tests rc=$rc $(tail -1 "$OUT/gpu_tests/pytest.txt")"; grep -E "^FAILED|^ERROR|^SKIPPED" "$OUT/gpu_tests/pytest.txt" | head -20
+      row "test suite (every file under tests/)" "python -m pytest -q tests -n 8" "rc=$rc: $(tail -1 "$OUT/gpu_tests/pytest.txt" | tr -d '=' | sed 's/^ *//;s/ *$//')" ;;
     fuzz) mkdir -p "$OUT/gpu_tests"
       timeout 900 python3 tools/gpu_fuzz.py --out "$OUT/gpu_tests/fuzz_summary.txt" > "$OUT/gpu_tests/fuzz.txt" 2>&1
-      echo "fuzz rc=$?"; cat "$OUT/gpu_tests/fuzz_summary.txt" ;;
+      rc=$?; echo "fuzz rc=$rc"; cat "$OUT/gpu_tests/fuzz_summary.txt"
+      row "fuzz" "python tools/gpu_fuzz.py" "rc=$rc: $(awk 'NR > 1 && $(NF-4) ~ /^[0-9]+$/ {run += $(NF-4); fail += $(NF-1)} END {printf "%d checks, %d fail", run, fail}' "$OUT/gpu_tests/fuzz_summary.txt") (per category: gpu_tests/fuzz_summary.txt)" ;;
     fuzzmem) mkdir -p "$OUT/gpu_tests"
       PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 600 compute-sanitizer --tool memcheck --print-limit 20 \
         python3 tools/gpu_fuzz.py --cases 150 --small --corrupt-cases 10 > "$OUT/gpu_tests/fuzz_memcheck.txt" 2>&1
-      echo "fuzz under memcheck rc=$?"; tail -16 "$OUT/gpu_tests/fuzz_memcheck.txt" ;;
+      rc=$?; echo "fuzz under memcheck rc=$rc"; tail -16 "$OUT/gpu_tests/fuzz_memcheck.txt"
+      row "memcheck, fuzz" "PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck python tools/gpu_fuzz.py --cases 150 --small --corrupt-cases 10" "rc=$rc: $(grep -E 'ERROR SUMMARY' "$OUT/gpu_tests/fuzz_memcheck.txt" | tail -1)" ;;
     arch90) src=$(pwd); rm -rf /tmp/nmspmm_arch90; mkdir -p /tmp/nmspmm_arch90
       tar --exclude=./build --exclude='*.so' --exclude=./.git -cf - . | tar -xf - -C /tmp/nmspmm_arch90
       (cd /tmp/nmspmm_arch90 && TORCH_CUDA_ARCH_LIST=9.0 python3 setup.py build_ext --inplace > "$OUT/build_arch90.log" 2>&1) || { tail -20 "$OUT/build_arch90.log"; continue; }
@@ -43,8 +68,13 @@ for phase in "$@"; do
          python3 benchmarks/bench_spmm.py --suite nmspmm100 --dtypes fp32 --nm-dtypes fp32 --semi24 none \
            --out "$OUT/$name" > "$OUT/$name.txt" 2>&1; tail -8 "$OUT/$name.txt")
       done ;;
-    sanitize) mkdir -p "$OUT/gpu_tests"
-      for tool in memcheck racecheck; do timeout 240 compute-sanitizer --tool $tool --print-limit 20 python3 tools/sanitize_run.py > "$OUT/gpu_tests/sanitizer_$tool.txt" 2>&1; echo "sanitizer $tool rc=$?"; tail -3 "$OUT/gpu_tests/sanitizer_$tool.txt"; done ;;
+    sanitize) mkdir -p "$OUT/gpu_tests"  # every registry kernel unless NMSPMM_SANITIZE_KERNELS limits it
+      for tool in memcheck racecheck; do
+        timeout 900 compute-sanitizer --tool $tool --print-limit 20 python3 tools/sanitize_run.py > "$OUT/gpu_tests/sanitizer_$tool.txt" 2>&1
+        rc=$?; echo "sanitizer $tool rc=$rc"; tail -3 "$OUT/gpu_tests/sanitizer_$tool.txt"
+        row "$tool, ${NMSPMM_SANITIZE_KERNELS:-every registry kernel}" "compute-sanitizer --tool $tool python tools/sanitize_run.py" \
+          "rc=$rc: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|all kernels ran' "$OUT/gpu_tests/sanitizer_$tool.txt" | tr '\n' ' ')"
+      done ;;
     bench100) mkdir -p "$OUT/bench"; python3 benchmarks/bench_spmm.py --suite nmspmm100 --dtypes "fp32,${BENCH_HALF:-bf16}" \
         --nm-dtypes "fp32,${BENCH_HALF:-bf16}" --semi24 "${BENCH_HALF:-bf16}" \
         --out "$OUT/bench" > "$OUT/bench/console.txt" 2>&1; echo "bench100 rc=$?"; tail -30 "$OUT/bench/console.txt" ;;
