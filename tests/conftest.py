@@ -50,9 +50,11 @@ def pytest_terminal_summary(terminalreporter):
     """One line that explains the CUDA skips (thousands on a machine without a GPU)."""
     skipped = terminalreporter.stats.get("skipped", [])
     cuda = sum(1 for r in skipped if "needs a CUDA GPU" in _skip_reason(r))
-    if _OTHER_SKIPS and os.environ.get("NMSPMM_NO_SKIPS") == "1":
-        terminalreporter.write_line(f"nmspmm: FAIL: {len(_OTHER_SKIPS)} skip(s) not for a missing GPU "
-                                    "(NMSPMM_NO_SKIPS=1):", red=True)
+    if _IMPORT_SKIPS and os.environ.get("NMSPMM_NO_SKIPS") == "1":
+        terminalreporter.write_line(f"nmspmm: FAIL: {len(_IMPORT_SKIPS)} skip(s) for a missing import "
+                                    "(NMSPMM_NO_SKIPS=1): install the test dependencies", red=True)
+    if _OTHER_SKIPS:
+        terminalreporter.write_line(f"nmspmm: {len(_OTHER_SKIPS)} skip(s) not for a missing GPU:")
         for line in _OTHER_SKIPS[:20]:
             terminalreporter.write_line(f"  {line}")
     if cuda:
@@ -62,14 +64,18 @@ def pytest_terminal_summary(terminalreporter):
             f"nmspmm.cuda_kernels_built()={nmspmm.cuda_kernels_built()}); they run on a GPU machine.")
 
 
-# NMSPMM_NO_SKIPS=1 (set by .ci/run): a test or a test file skipped for any reason other than the
-# missing GPU fails the run (a missing test dependency must not shrink the suite silently).
-_OTHER_SKIPS = []
+# NMSPMM_NO_SKIPS=1 (set by .ci/run): a test or a test file skipped because an import failed
+# (pytest.importorskip: a missing test dependency) fails the run instead of shrinking the suite
+# silently. Every skip other than the missing GPU's is listed in the summary.
+_OTHER_SKIPS, _IMPORT_SKIPS = [], []
 
 
 def _note_skip(report):
     if report.skipped and "needs a CUDA GPU" not in _skip_reason(report):
-        _OTHER_SKIPS.append(f"{report.nodeid}: {_skip_reason(report)}")
+        reason = _skip_reason(report)
+        _OTHER_SKIPS.append(f"{report.nodeid}: {reason}")
+        if "could not import" in reason or "No module named" in reason:
+            _IMPORT_SKIPS.append(_OTHER_SKIPS[-1])
 
 
 def pytest_collectreport(report):
@@ -82,7 +88,7 @@ def pytest_runtest_logreport(report):
 
 
 def pytest_sessionfinish(session, exitstatus):
-    if os.environ.get("NMSPMM_NO_SKIPS") == "1" and _OTHER_SKIPS and exitstatus == 0:
+    if os.environ.get("NMSPMM_NO_SKIPS") == "1" and _IMPORT_SKIPS and exitstatus == 0:
         session.exitstatus = 1
 
 
