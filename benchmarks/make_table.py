@@ -238,8 +238,15 @@ def e2e_line(folder: str) -> List[str]:
         rng.append(f"{min(v):.2f}–{max(v):.2f}×" if v else "–")
         c = [float(r["decode_b1_graph_speedup"]) for r in rows if r["model"] == m and r["variant"] == "no-proj"]
         ceil.append(f"{c[0]:.2f}×" if c else "–")
+    jpath = os.path.join(folder, "e2e_llama.json")
+    if os.path.exists(jpath):
+        import json
+
+        where = f"`e2e_llama.json`, nmspmm {tree(json.load(open(jpath)).get('env', {}))}"
+    else:
+        where = "`e2e_llama.csv`, which does not record its tree"
     return [f"**End to end** ({'/'.join(layers)}-layer {' / '.join(models)} shapes, {', '.join(dts)}, graph decode, "
-            f"batch 1, {pats[0]} to {pats[-1]}; `e2e_llama.csv`, which does not record its tree): "
+            f"batch 1, {pats[0]} to {pats[-1]}; {where}): "
             f"{' / '.join(rng)} the dense tokens/s; no projections at all: {' / '.join(ceil)}.", ""]
 
 
