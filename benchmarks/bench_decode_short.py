@@ -23,6 +23,7 @@ import sys
 
 import torch
 import torch.nn.functional as F
+import nmspmm  # noqa: F401  (registers torch.ops.nmspmm)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_decode_half as bdh  # noqa: E402

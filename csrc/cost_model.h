@@ -373,6 +373,15 @@ inline double decode_cost_us(Kernel kernel, int64_t n, int64_t k, int64_t N, int
   return kDecodeFixedUs + factor * bytes / kDecodeF32BytesPerUs;
 }
 
+// The split-K decode kernel's time per row of x beyond the first (spmm_decode_splitk.cuh: every
+// compressed row costs a shared-memory read of x per column, per index at L < 4). Fitted on an
+// H200 (4096^2, bf16 and fp32, 16:32 / 8:32 / 4:32 / 2:4, m = 1 and 16): at L = 1 16:32 bf16 15.8 us
+// at m = 1, 80.5 us at m = 16; at L = 8 13.2 -> 31.2 us.
+inline double splitk_decode_row_us(int64_t n, int64_t k, int64_t N, int64_t M, int64_t L) {
+  const double wn = (M > 0 ? static_cast<double>(k / M * N) : 0.0) * static_cast<double>(n);
+  return L < 4 ? 0.35e-6 * wn + 1.0 : 0.1e-6 * wn + 0.7;
+}
+
 // generic_f32: one thread per output column and 4 rows of x (blocks of 128 threads, at most 16 per
 // SM), each walking all w = k N / M compressed rows. With few warps per SM a row costs a chain of
 // dependent loads (index byte, then x): about 0.37 us per row per wave of blocks (H200, 4096^2 2:4

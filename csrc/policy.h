@@ -252,7 +252,10 @@ inline PlanCost plan_decode_splitk(const Problem& pb, const Candidates& c) {
   const int64_t w = pb.M > 0 ? pb.k / pb.M * pb.N : 0;
   int split = 1;
   while (col_blocks * split < 4 * num_sms && split < kMaxSplitK && w / (split * 2) >= 32) split *= 2;
-  return plan_cost(pb, {kernel, split}, decode_cost_us(kernel, pb.n, pb.k, pb.N, pb.M, pb.L));
+  double us = decode_cost_us(kernel, pb.n, pb.k, pb.N, pb.M, pb.L);
+  if (kernel != Kernel::kDecodeF32SplitK || pb.L < 4)  // the spmm_decode_splitk.cuh kernel
+    us += static_cast<double>(pb.m - 1) * splitk_decode_row_us(pb.n, pb.k, pb.N, pb.M, pb.L);
+  return plan_cost(pb, {kernel, split}, us);
 }
 
 // fp32 tiled kernels (m > 16, L >= 16): the cheapest (kernel, split) under the tiled cost model.

@@ -171,8 +171,9 @@ def test_corrupted_index_bytes_are_masked(L, dtype):
     scale = (x.double().abs() @ dense_t.abs()).max().item()
     for split in (1, 3):
         y = forced(x, values, bad, N, M, L, None, KERNEL[dtype], split)
-        err = (y.double() - ref).abs().max().item()
-        assert err <= 4 * FLOOR[dtype] * scale + 1e-6, (split, err)
+        # Beyond the rounding of y itself (repeated positions make large sums): the accumulation's.
+        excess = ((y.double() - ref).abs() - torch.finfo(dtype).eps * ref.abs()).max().item()
+        assert excess <= 4 * FLOOR[dtype] * scale + 1e-6, (split, excess)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)

@@ -11,6 +11,7 @@ import nmspmm
 ops = torch.ops.nmspmm
 INFO = {k: nmspmm.kernel_info(k) for k in nmspmm.kernels()}
 SHORT = {torch.float32: "decode_f32_splitk", torch.bfloat16: "decode_splitk_bf16", torch.float16: "decode_splitk_f16"}
+DENSE = {torch.bfloat16: "dense_expand_bf16", torch.float16: "dense_expand_f16"}
 DTYPE_NAME = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 SHAPES = [(4096, 4096), (11008, 4096), (4096, 11008), (14336, 4096), (1024, 4096), (128, 128), (36, 64), (1000, 4096)]
 PATTERNS = [(2, 4), (16, 32), (8, 32), (4, 32), (3, 8), (1, 2), (32, 64)]
@@ -55,7 +56,14 @@ def test_fp32_short_vectors_take_the_decode_kernel():
         if k % M or n % L:
             continue
         for cc in (80, 90):
-            assert plan(m, n, k, N, M, L, cc=cc) == ("decode_f32_splitk", expected_split(n, k, N, M)), (m, n, k, N, M, L)
+            kernel, split = plan(m, n, k, N, M, L, cc=cc)
+            # The least estimated time among the split-K kernel, the expansion and the generic kernel
+            # (tiny layers); the split-K kernel whenever m <= 4 on the Llama layers.
+            assert kernel in ("decode_f32_splitk", "dense_expand_f32", "generic_f32"), (m, n, k, N, M, L)
+            if kernel == "decode_f32_splitk":
+                assert split == expected_split(n, k, N, M), (m, n, k, N, M, L)
+            if m <= 4 and n >= 1024:
+                assert kernel == "decode_f32_splitk", (m, n, k, N, M, L)
     # Above m = 16 the prefill plans (the expansion or the generic kernel, by cost); at L >= 4 the fitted decode plans.
     for L in (1, 2):
         assert plan(17, 4096, 4096, 2, 4, L) in (("generic_f32", 1), ("dense_expand_f32", 1))
@@ -68,7 +76,16 @@ def test_half_decode_without_a_native_plan_takes_the_16_bit_kernel(dtype):
     for (n, k), (N, M), L, m in itertools.product(SHAPES, PATTERNS, (1, 2, 4, 8), (1, 2, 3, 5, 8, 13, 16)):
         if k % M or n % L:
             continue
-        assert plan(m, n, k, N, M, L, dtype) == (SHORT[dtype], expected_split(n, k, N, M)), (m, n, k, N, M, L)
+        kernel, split = plan(m, n, k, N, M, L, dtype)
+        # The 16-bit split-K kernel, or the expansion in the same dtype where its per-row cost of x
+        # makes it dearer (L < 4 at larger m).
+        # At L >= 4 the fp32 decode kernels on upcast inputs stay candidates, by cost.
+        upcast_ok = L >= 4 and INFO[kernel].family in ("decode_cluster", "decode_staged", "decode_splitk")
+        assert kernel in (SHORT[dtype], DENSE[dtype]) or upcast_ok, (m, n, k, N, M, L, kernel)
+        if kernel == SHORT[dtype]:
+            assert split == expected_split(n, k, N, M), (m, n, k, N, M, L)
+        if m <= 4:
+            assert kernel == SHORT[dtype], (m, n, k, N, M, L)
     # sm_80 (no clusters, no decode_tc): every L at m <= 16.
     for L in (1, 8, 16, 32, 128):
         assert plan(1, 4096, 4096, 8, 32, L, dtype, cc=80) == (SHORT[dtype], expected_split(4096, 4096, 8, 32))
@@ -85,7 +102,10 @@ def test_split_fills_the_gpu_and_keeps_rows_per_split():
         if k % M:
             continue
         kernel, split = plan(4, n, k, N, M, 1, dtype, sms=sms)
-        assert kernel == SHORT[dtype] and split & (split - 1) == 0 and 1 <= split <= 64
+        if kernel != SHORT[dtype]:  # a tiny fp32 layer: the generic kernel is estimated cheaper
+            assert kernel == "generic_f32" and dtype == torch.float32 and n * k <= 64 * 128, (n, k, N, M, sms)
+            continue
+        assert split & (split - 1) == 0 and 1 <= split <= 64
         assert split == 1 or (k // M * N) // split >= 32
         assert split == 1 or -(-n // 128) * split // 2 < 4 * sms
     # 4096 x 4096 2:4 on 132 SMs: 32 column blocks x 32 splits of 64 compressed rows.
