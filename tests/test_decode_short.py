@@ -20,6 +20,7 @@ pytestmark = pytest.mark.cuda
 
 KERNEL = {torch.float32: "decode_f32_splitk", torch.bfloat16: "decode_splitk_bf16", torch.float16: "decode_splitk_f16"}
 DTYPES = list(KERNEL)
+EXPAND = {torch.float32: "dense_expand_f32", torch.bfloat16: "dense_expand_bf16", torch.float16: "dense_expand_f16"}
 LS = [1, 2, 4, 8, 16]
 PATTERNS = [(2, 4), (16, 32), (8, 32), (4, 32), (3, 8)]
 MS = [1, 2, 3, 5, 8, 13, 16]
@@ -89,7 +90,13 @@ def test_heuristic_plan_matches_fp64(m, L, dtype):
         values, indices, dense = weight(n, k, N, M, L, dtype, 2)
         kernel, split = heuristic_plan(m, n, k, N, M, L, dtype)
         if L < 4 or (dtype != torch.float32 and L < 16):
-            assert kernel == KERNEL[dtype], (m, n, k, N, M, L, kernel)
+            # The policy's least estimated time: this family, or (larger m, tiny layers) the
+            # expansion in the same dtype, the generic fp32 kernel or (L >= 4) an fp32 decode kernel
+            # on upcast inputs; this family at m = 1 on wide layers.
+            upcast_decode = L >= 4 and nmspmm.kernel_info(kernel).family in ("decode_cluster", "decode_staged")
+            assert kernel in (KERNEL[dtype], EXPAND[dtype], "generic_f32") or upcast_decode, (m, n, k, N, M, L, kernel)
+            if m == 1 and n * k >= 1000 * 4096:
+                assert kernel == KERNEL[dtype], (m, n, k, N, M, L, kernel)
         x = torch.randn(m, k, device="cuda").to(dtype)
         bias = torch.randn(n, device="cuda").to(dtype)
         check(ops.spmm(x, values, indices, N, M, L, bias), x, dense, bias, f"auto {kernel} {split} m={m} n={n} {N}:{M} L={L}")
