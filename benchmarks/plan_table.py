@@ -12,7 +12,7 @@ the heuristic's pick and for the best measured plan.
 
     python benchmarks/plan_table.py                    # the sweep, ~5-6 min on an H200
     python benchmarks/plan_table.py --quick            # a few cells, to try the script
-    python benchmarks/plan_table.py --out PATH.csv     # default benchmarks/results/plan_table.csv
+    python benchmarks/plan_table.py --out PATH.csv     # default benchmarks/results/h200/plan_table.csv
 
 Sweep: N:M in {2:4, 16:32, 8:32, 4:32} x L in {1, 2, 4, 8, 16, 32, 64} x m in {1, 2, 4, 8, 16, 64, 256,
 1024, 4096} x the six Llama layers (out x in: 4096x4096, 11008x4096, 4096x11008, 1024x4096,
@@ -133,7 +133,7 @@ def time_us(fn, slow_us: float) -> float:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default=os.path.join(common.REPO_ROOT, "benchmarks", "results", "plan_table.csv"))
+    ap.add_argument("--out", default=os.path.join(common.REPO_ROOT, "benchmarks", "results", "h200", "plan_table.csv"))
     ap.add_argument("--quick", action="store_true", help="a few cells only")
     ap.add_argument("--skip-factor", type=float, default=20.0,
                     help="do not time a plan estimated above this many times the cell's best estimate (0: time all)")

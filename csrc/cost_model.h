@@ -354,32 +354,82 @@ inline double tc_prefill_cost_us(int64_t m, int64_t n, int64_t k, int64_t N, int
   return kTcPrefillFixedUs + us;
 }
 
-// Decode (the weight streamed once, m <= 16 fp32 / <= 64 fp16 and bf16): a fixed cost (launch,
-// first loads, the split-K sum) and the compressed bytes at the rate the kernels reach on H100:
-// fp32 1.4-1.8 TB/s at 16:32 (the split-K kernel 1.10-1.36x slower than the staged ones), fp16 /
-// bf16 up to 2.3 TB/s. Within the decode families the fitted plan rules choose (policy.h); these
-// costs only set them against the other families.
+// Decode (the weight streamed once, m <= 16 fp32 / <= 64 fp16 and bf16), at m = 1: a fixed cost
+// (launch, first loads, the split-K sum) and the compressed bytes at the rate the kernel reaches.
+// fp32 cluster / staged / L >= 4 split-K kernels: H100, 1.4-1.8 TB/s at 16:32 (the split-K kernel
+// 1.10-1.36x slower than the staged ones); within the decode families the fitted plan rules choose
+// (policy.h), these costs only set them against the other families. decode_tc and the split-K
+// kernel of spmm_decode_splitk.cuh (16-bit, or fp32 at L < 4): least squares on the H200 plan table
+// (benchmarks/results/h200/plan_table.csv, m = 1; median error 10% / 3% fp32 / 8% 16-bit); decode_tc's
+// m-range is the measured half_decode_preferred rule, its time taken as m = 1's within it.
 constexpr double kDecodeFixedUs = 4.0;
 constexpr double kDecodeF32BytesPerUs = 1.8e6;
 constexpr double kDecodeF32SplitKFactor = 1.2;
-constexpr double kDecodeHalfBytesPerUs = 2.0e6;
+struct DecodeRate {
+  double fixed_us, bytes_per_us;
+};
+constexpr DecodeRate kDecodeTcRate{3.37, 2.88e6};
+constexpr DecodeRate kDecodeSplitKF32Rate{6.49, 3.85e6};
+constexpr DecodeRate kDecodeSplitKHalfRate{6.76, 3.18e6};
 inline double decode_cost_us(Kernel kernel, int64_t n, int64_t k, int64_t N, int64_t M, int64_t L) {
   const KernelInfo& info = kernel_info(kernel);
   const double bytes = compressed_bytes(n, k, N, M, L, dtype_bytes(info.dtype));
-  // The split-K kernels pay their workspace round trip and second launch (the same factor in
-  // every dtype until the plan table fits the 16-bit ones).
+  if (info.family == Family::kDecodeSplitK && info.dtype != DType::kF32)
+    return kDecodeSplitKHalfRate.fixed_us + bytes / kDecodeSplitKHalfRate.bytes_per_us;
+  if (info.family == Family::kDecodeSplitK && L < 4)
+    return kDecodeSplitKF32Rate.fixed_us + bytes / kDecodeSplitKF32Rate.bytes_per_us;
+  if (info.family == Family::kDecodeTc) return kDecodeTcRate.fixed_us + bytes / kDecodeTcRate.bytes_per_us;
   const double factor = info.family == Family::kDecodeSplitK ? kDecodeF32SplitKFactor : 1.0;
-  if (info.dtype != DType::kF32) return kDecodeFixedUs + factor * bytes / kDecodeHalfBytesPerUs;
   return kDecodeFixedUs + factor * bytes / kDecodeF32BytesPerUs;
 }
 
-// The split-K decode kernel's time per row of x beyond the first (spmm_decode_splitk.cuh: every
-// compressed row costs a shared-memory read of x per column, per index at L < 4). Fitted on an
-// H200 (4096^2, bf16 and fp32, 16:32 / 8:32 / 4:32 / 2:4, m = 1 and 16): at L = 1 16:32 bf16 15.8 us
-// at m = 1, 80.5 us at m = 16; at L = 8 13.2 -> 31.2 us.
-inline double splitk_decode_row_us(int64_t n, int64_t k, int64_t N, int64_t M, int64_t L) {
-  const double wn = (M > 0 ? static_cast<double>(k / M * N) : 0.0) * static_cast<double>(n);
-  return L < 4 ? 0.35e-6 * wn + 1.0 : 0.1e-6 * wn + 0.7;
+// What m rows of x add to a decode call beyond m = 1: c_wn x (w n) + c_kn x (k n) + c_sn x (split n),
+// in us per million: w n the compressed row-columns (a shared-memory read of x each, per index at
+// L < 4), k n the staging of x by every column block, split n the split-K partial sums written and
+// reduced. Coefficients at m = 2, 4, 8, 16 (linear in m between, 0 at m = 1, held above 16),
+// least squares on the H200 plan table per kernel and vector-length class (median error 2-12 us of
+// the added time at m = 16; the fit is of that table's six Llama layers).
+struct DecodeRowsFit {
+  double wn[5], kn[5], sn[5];
+  int64_t m[5] = {2, 4, 8, 16, 64};
+};
+constexpr DecodeRowsFit kSplitKF32L1{{-0.029, -0.192, 0.298, 2.960, 2.960}, {0.014, 0.102, 0.342, 1.015, 1.015},
+                                     {8.12, 17.25, 25.19, 42.74, 42.74}};
+constexpr DecodeRowsFit kSplitKF32L2{{-0.106, -0.087, 0.091, 1.137, 1.137}, {0.019, 0.038, 0.152, 0.568, 0.568},
+                                     {10.40, 14.09, 19.57, 51.32, 51.32}};
+constexpr DecodeRowsFit kSplitKHalfL1{{-0.006, 0.145, 0.623, 3.068, 3.068}, {0.006, 0.091, 0.386, 1.355, 1.355},
+                                      {7.60, 23.18, 36.66, 37.13, 37.13}};
+constexpr DecodeRowsFit kSplitKHalfL2{{0.024, 0.053, 0.198, 1.464, 1.464}, {-0.006, 0.042, 0.239, 0.773, 0.773},
+                                      {7.24, 5.95, 2.33, 52.42, 52.42}};
+constexpr DecodeRowsFit kSplitKHalfL4{{0.043, 0.245, 0.386, 0.907, 0.907}, {0.004, -0.001, 0.089, 0.422, 0.422},
+                                      {2.67, 22.28, 0.82, 40.72, 40.72}};
+inline double decode_rows_us(Kernel kernel, int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, int64_t L,
+                             int split) {
+  const KernelInfo& info = kernel_info(kernel);
+  const DecodeRowsFit* fit = nullptr;
+  if (info.family == Family::kDecodeSplitK && info.dtype != DType::kF32)
+    fit = L < 2 ? &kSplitKHalfL1 : L < 4 ? &kSplitKHalfL2 : &kSplitKHalfL4;
+  else if (info.family == Family::kDecodeSplitK && L < 4)
+    fit = L < 2 ? &kSplitKF32L1 : &kSplitKF32L2;
+  if (fit == nullptr || m <= 1) return 0.0;
+  const double wn = (M > 0 ? static_cast<double>(k / M * N) : 0.0) * static_cast<double>(n) * 1e-6;
+  const double kn = static_cast<double>(k) * static_cast<double>(n) * 1e-6;
+  const double sn = static_cast<double>(split) * static_cast<double>(n) * 1e-6;
+  double prev_m = 1.0, prev[3] = {0.0, 0.0, 0.0};
+  for (int i = 0; i < 5; ++i) {
+    const double mi = static_cast<double>(fit->m[i]);
+    if (static_cast<double>(m) <= mi || i == 4) {
+      const double t = (static_cast<double>(m) - prev_m) / (mi - prev_m);
+      const double us = (prev[0] + t * (fit->wn[i] - prev[0])) * wn + (prev[1] + t * (fit->kn[i] - prev[1])) * kn +
+                        (prev[2] + t * (fit->sn[i] - prev[2])) * sn;
+      return us > 0.0 ? us : 0.0;
+    }
+    prev_m = mi;
+    prev[0] = fit->wn[i];
+    prev[1] = fit->kn[i];
+    prev[2] = fit->sn[i];
+  }
+  return 0.0;
 }
 
 // generic_f32: one thread per output column and 4 rows of x (blocks of 128 threads, at most 16 per

@@ -252,9 +252,8 @@ inline PlanCost plan_decode_splitk(const Problem& pb, const Candidates& c) {
   const int64_t w = pb.M > 0 ? pb.k / pb.M * pb.N : 0;
   int split = 1;
   while (col_blocks * split < 4 * num_sms && split < kMaxSplitK && w / (split * 2) >= 32) split *= 2;
-  double us = decode_cost_us(kernel, pb.n, pb.k, pb.N, pb.M, pb.L);
-  if (kernel != Kernel::kDecodeF32SplitK || pb.L < 4)  // the spmm_decode_splitk.cuh kernel
-    us += static_cast<double>(pb.m - 1) * splitk_decode_row_us(pb.n, pb.k, pb.N, pb.M, pb.L);
+  const double us = decode_cost_us(kernel, pb.n, pb.k, pb.N, pb.M, pb.L) +
+                    decode_rows_us(kernel, pb.m, pb.n, pb.k, pb.N, pb.M, pb.L, split);
   return plan_cost(pb, {kernel, split}, us);
 }
 
@@ -354,7 +353,8 @@ inline PlanCost plan_decode_tc(const Problem& pb, const Candidates& c) {
   const kernels::HalfDecodePlan d = kernels::half_decode_plan(pb.m, pb.n, pb.k, pb.N, pb.M, pb.num_sms > 0 ? pb.num_sms : 132);
   const Plan plan{half_decode_kernel(d.config, pb.dtype == DType::kBF16), d.split_k};
   if (!c.has(plan.kernel)) return kNoPlan;
-  return plan_cost(pb, plan, decode_cost_us(plan.kernel, pb.n, pb.k, pb.N, pb.M, pb.L));
+  return plan_cost(pb, plan, decode_cost_us(plan.kernel, pb.n, pb.k, pb.N, pb.M, pb.L) +
+                                 decode_rows_us(plan.kernel, pb.m, pb.n, pb.k, pb.N, pb.M, pb.L, plan.split_k));
 }
 
 // The gathered tensor-core prefill kernel (fp16 / bf16, sm_80+, m > 16): its split by

@@ -11,7 +11,7 @@
 #   decode    bench_decode_half.py --stream-ref $DECODE_ARGS (bf16 and fp16 decode rows, m-sweep)
 #   quick | full | e2e   benchmarks (bench_spmm --quick, --suite all, e2e_llama)
 #   plantable benchmarks/plan_table.py: every plan the policy compares, timed against cuBLAS (the
-#             CSV tests/test_policy_table.py replays; commit it as benchmarks/results/plan_table.csv)
+#             CSV tests/test_policy_table.py replays; commit it as benchmarks/results/h200/plan_table.csv)
 #   arch90    a second build with TORCH_CUDA_ARCH_LIST=9.0 (in a copy of the tree), timed against
 #             this one on the 100 NM-SpMM points in fp32
 #   checks    tests + fuzz + fuzzmem + sanitize: the full GPU check of a change under csrc/
