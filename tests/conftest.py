@@ -163,17 +163,10 @@ def ref_decompress_loops(values, indices, N, M, L):
 
 def ref_prune(weight, N, M, L):
     """The vector-wise N:M magnitude mask of docs/format.md, bool [out, in], from the dense weight
-    alone: per (window of M inputs, vector of L outputs) the score of a position is its squared L2
-    norm over the L rows, accumulated in float64 in row order; the N largest are kept, ties to the
-    lower position (a stable descending sort)."""
-    out, inp = weight.shape
-    w = weight.detach().double().reshape(out // L, L, inp // M, M)
-    norms = torch.zeros(out // L, inp // M, M, dtype=torch.float64, device=weight.device)
-    for r in range(L):
-        norms += w[:, r] * w[:, r]
-    top = torch.sort(norms, dim=-1, descending=True, stable=True).indices[..., :N]
-    keep = torch.zeros_like(norms, dtype=torch.bool).scatter_(-1, top, True)
-    return keep[:, None].expand(out // L, L, inp // M, M).reshape(out, inp)
+    alone, in plain torch (no nmspmm op): the demo's reference_mask, which its own check uses too."""
+    from nmspmm.demo import reference_mask
+
+    return reference_mask(weight.detach(), N, M, L)
 
 
 def ref_pruned_dense64(weight, N, M, L, mask=None):
