@@ -1,0 +1,123 @@
+"""nmspmm.parallelize_: a sparsified tiny Llama split over 2 gloo ranks on the CPU gives the
+single-process model's logits and greedy tokens; shapes that a shard would cut are refused."""
+import os
+import socket
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
+
+import nmspmm  # noqa: E402
+from nmspmm.parallel import (ColumnParallelNMLinear, RowParallelNMLinear,  # noqa: E402
+                             check_parallelizable)
+
+WORLD = 2
+
+
+def sparse_llama(intermediate=512, attn_L=16, bias=True):
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=512, hidden_size=256, intermediate_size=intermediate,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=128, attention_bias=bias, mlp_bias=bias)
+    model = LlamaForCausalLM._from_config(config, dtype=torch.float32).eval()
+    with torch.no_grad():
+        # Non-zero biases, so that a row-parallel bias added W times (not once) shows.
+        for mod in model.modules():
+            if isinstance(mod, torch.nn.Linear) and mod.bias is not None:
+                mod.bias.normal_(0, 0.1)
+    nmspmm.sparsify_(model, 16, 32, attn_L, filter_fn=lambda m, fqn: ".self_attn." in fqn)
+    nmspmm.sparsify_(model, 8, 32, 16, filter_fn=lambda m, fqn: ".mlp." in fqn)
+    return model
+
+
+def _worker(rank, port):
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    model = sparse_llama()  # the same seed on every rank: identical full models
+    ids = torch.randint(0, 512, (2, 10), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        expected = model(ids, use_cache=False).logits
+    gen_kwargs = dict(max_new_tokens=6, do_sample=False, use_cache=True, pad_token_id=0)
+    expected_tokens = model.generate(ids, **gen_kwargs)
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
+    try:
+        nmspmm.parallelize_(model)
+        attn, mlp = model.model.layers[0].self_attn, model.model.layers[0].mlp
+        for proj in (attn.q_proj, attn.k_proj, attn.v_proj, mlp.gate_proj, mlp.up_proj):
+            assert isinstance(proj, ColumnParallelNMLinear) and proj.tp_rank == rank
+        assert isinstance(attn.o_proj, RowParallelNMLinear) and isinstance(mlp.down_proj, RowParallelNMLinear)
+        assert tuple(attn.q_proj.values.shape) == (256 * 16 // 32, 256 // WORLD)
+        assert tuple(attn.k_proj.indices.shape) == (256 * 16 // 32, 128 // WORLD // 16)
+        assert tuple(mlp.down_proj.values.shape) == (512 // WORLD * 8 // 32, 256)
+        assert mlp.down_proj.bias.shape == (256,)
+        with torch.no_grad():
+            got = model(ids, use_cache=False).logits
+        # fp32; the sums are split in W partial sums and reduced, so they differ by rounding only.
+        tol = 1e-5 * expected.abs().max().item()
+        err = (got - expected).abs().max().item()
+        assert err <= tol, f"rank {rank}: max |logits diff| {err} > {tol}"
+        tokens = model.generate(ids, **gen_kwargs)
+        assert torch.equal(tokens, expected_tokens), (rank, tokens, expected_tokens)
+    finally:
+        dist.destroy_process_group()
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_rank_gloo_matches_single_process():
+    import torch.multiprocessing as mp
+
+    mp.spawn(_worker, args=(_free_port(),), nprocs=WORLD, join=True)
+
+
+def test_fits_two_ranks():
+    check_parallelizable(sparse_llama(), WORLD)
+
+
+def test_refuses_cut_heads():
+    with pytest.raises(ValueError, match=r"model\.layers\.0\.self_attn: num_attention_heads=4 and "
+                                         r"num_key_value_heads=2 must both be divisible by world_size=3"):
+        check_parallelizable(sparse_llama(), 3)
+
+
+def test_refuses_cut_vector():
+    # k_proj has 128 outputs: 2 ranks x L=128 would cut an L-vector.
+    model = sparse_llama(attn_L=128)
+    with pytest.raises(ValueError, match=r"model\.layers\.0\.self_attn\.k_proj: out_features=128 is not "
+                                         r"divisible by world_size x L = 2 x 128"):
+        check_parallelizable(model, WORLD)
+
+
+def test_refuses_cut_window():
+    # down_proj has 96 inputs: 2 ranks x M=32 would cut an M-window.
+    model = sparse_llama(intermediate=96)
+    with pytest.raises(ValueError, match=r"model\.layers\.1\.mlp\.down_proj: in_features=96 is not "
+                                         r"divisible by world_size x M = 2 x 32"):
+        check_parallelizable(model, WORLD)
+
+
+def test_refuses_dense_projection():
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                         num_attention_heads=4, num_key_value_heads=2)
+    model = LlamaForCausalLM._from_config(config, dtype=torch.float32).eval()
+    nmspmm.sparsify_(model, 2, 4, 16, filter_fn=lambda m, fqn: ".self_attn." in fqn)
+    with pytest.raises(ValueError, match=r"model\.layers\.0\.mlp\.gate_proj is a dense Linear, not an NMLinear"):
+        check_parallelizable(model, WORLD)
+
+
+def test_needs_initialized_process_group():
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        pytest.skip("a process group is already initialized in this process")
+    with pytest.raises(RuntimeError, match="torch.distributed is not initialized"):
+        nmspmm.parallelize_(sparse_llama())
