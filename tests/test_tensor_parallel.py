@@ -42,6 +42,7 @@ def _worker(rank, port):
         expected = model(ids, use_cache=False).logits
     gen_kwargs = dict(max_new_tokens=6, do_sample=False, use_cache=True, pad_token_id=0)
     expected_tokens = model.generate(ids, **gen_kwargs)
+    expected_static = model.generate(ids[:1], cache_implementation="static", **gen_kwargs)
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
     try:
@@ -62,6 +63,9 @@ def _worker(rank, port):
         assert err <= tol, f"rank {rank}: max |logits diff| {err} > {tol}"
         tokens = model.generate(ids, **gen_kwargs)
         assert torch.equal(tokens, expected_tokens), (rank, tokens, expected_tokens)
+        # The static cache is preallocated; the local head counts must fit it too.
+        static = model.generate(ids[:1], cache_implementation="static", **gen_kwargs)
+        assert torch.equal(static, expected_static), (rank, static, expected_static)
     finally:
         dist.destroy_process_group()
 
