@@ -8,7 +8,7 @@
 namespace nmspmm {
 namespace kernels {
 namespace sparse_tc {
-template <typename T, int BN>
+template <typename T, int BN, int MINB>
 cudaError_t launch_tile(const SparseTcParams& p, cudaStream_t stream);
 }  // namespace sparse_tc
 
@@ -21,6 +21,19 @@ bool sparse_tc_shape_ok(int64_t m, int64_t n, int64_t k, int64_t ldx, int L) {
   const bool pow2_L = L >= 1 && L <= 128 && (L & (L - 1)) == 0;
   return pow2_L && m >= 1 && n >= 8 && k >= 8 && n % 8 == 0 && k % 8 == 0 && ldx % 8 == 0 && ldx >= k &&
          n % L == 0 && m <= kMaxCoord && n <= kMaxCoord && k <= kMaxCoord && (m + 255) / 256 <= 65535;
+}
+
+// The instances (token tile, blocks per SM): 256 tokens one block per SM, 128 tokens two, 64 and 16
+// one.
+template <typename T>
+static cudaError_t launch_typed(const SparseTcParams& p, int tile_tokens, cudaStream_t stream) {
+  using namespace sparse_tc;
+  switch (tile_tokens) {
+    case 256: return launch_tile<T, 256, 1>(p, stream);
+    case 128: return launch_tile<T, 128, 2>(p, stream);
+    case 64: return launch_tile<T, 64, 1>(p, stream);
+    default: return launch_tile<T, 16, 1>(p, stream);
+  }
 }
 
 cudaError_t launch_sparse_tc(const SparseTcParams& p, int tile_tokens, cudaStream_t stream) {
@@ -42,13 +55,8 @@ cudaError_t launch_sparse_tc(const SparseTcParams& p, int tile_tokens, cudaStrea
       p.meta_ld % 4 != 0 || !aligned(p.x) || !aligned(p.values) || !aligned(p.meta) || !aligned(p.y) ||
       (p.bias != nullptr && !aligned(p.bias)))
     return cudaErrorInvalidValue;
-  const bool bf16 = p.dtype == HalfType::kBF16;
-  switch (tile_tokens) {
-    case 256: return bf16 ? sparse_tc::launch_tile<__nv_bfloat16, 256>(p, stream) : sparse_tc::launch_tile<__half, 256>(p, stream);
-    case 128: return bf16 ? sparse_tc::launch_tile<__nv_bfloat16, 128>(p, stream) : sparse_tc::launch_tile<__half, 128>(p, stream);
-    case 64: return bf16 ? sparse_tc::launch_tile<__nv_bfloat16, 64>(p, stream) : sparse_tc::launch_tile<__half, 64>(p, stream);
-    default: return bf16 ? sparse_tc::launch_tile<__nv_bfloat16, 16>(p, stream) : sparse_tc::launch_tile<__half, 16>(p, stream);
-  }
+  return p.dtype == HalfType::kBF16 ? launch_typed<__nv_bfloat16>(p, tile_tokens, stream)
+                                    : launch_typed<__half>(p, tile_tokens, stream);
 }
 
 }  // namespace kernels

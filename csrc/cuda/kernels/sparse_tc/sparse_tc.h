@@ -30,7 +30,7 @@ struct SparseTcParams {
   HalfType dtype;
 };
 
-// Tokens per block (the wgmma's n): 256, 128 and 64 for prefill, 16 for decode.
+// Tokens per block (the wgmma's n): 256, 128 (two blocks per SM) and 64 for prefill, 16 for decode.
 constexpr int kSparseTcTileOut = 128;
 bool sparse_tc_tile_supported(int tile_tokens);
 

@@ -3,11 +3,11 @@
 // Roles. y^T = W x^T: the weight is the sparse operand A (rows = outputs), x the dense operand B
 // (its rows are tokens, k contiguous: the K-major form, so x is read in place). A block computes
 // 128 outputs x BN tokens:
-//   * one producer thread brings each k-block of 64 inputs with tensor copies (TMA): the values
+//   * one producer thread (warp 8) brings each k-block of 64 inputs with tensor copies (TMA): the values
 //     tile as two boxes of [32 compressed rows x 64 outputs] (the canonical [k/2, n] layout is the
 //     M-major form of A), x as one box of [BN tokens x 64 inputs], both with the 128-byte swizzle,
 //     and the tile's metadata words as one box [2 x words]; out-of-bounds elements are zero-filled;
-//   * two consumer warpgroups, 64 outputs each, issue two wgmma.sp m64nBNk32 per k-block (dense
+//   * two consumer warpgroups (warps 0-7), 64 outputs each, issue two wgmma.sp m64nBNk32 per k-block (dense
 //     k 32 = 16 kept values per row), fp32 accumulators in registers;
 //   * stages are handed over by mbarriers (full: the copy engine's bytes; empty: one arrival per
 //     consumer warp once its wgmma on the stage has completed), never a block barrier.
@@ -18,6 +18,8 @@
 // Split-K: split_k blocks of a cluster take consecutive k ranges; each stages its fp32 tile in its
 // own shared memory and block r sums rows [r * 128 / split, ...) over the cluster in rank order
 // (deterministic) through distributed shared memory.
+// Blocks per SM (MINB): 1 for the 256-token tile (128 fp32 accumulators per thread), 2 for the
+// 128-token tile, so that one block's prologue and epilogue overlap the other's main loop.
 // Epilogue: accumulators go to shared memory as fp32 [token][output] (padded rows), then every
 // consumer thread writes 8 outputs of one token as one 16-byte store (bias added in fp32).
 #pragma once
@@ -37,26 +39,27 @@ namespace sparse_tc {
 
 constexpr int kBM = kSparseTcTileOut;  // outputs per block: two consumer warpgroups of 64
 constexpr int kBK = 64;                // inputs per stage (32 compressed rows)
-constexpr int kThreads = 384;          // producer warpgroup + two consumer warpgroups
+constexpr int kThreads = 288;          // two consumer warpgroups + one producer warp
 constexpr int kSmemLimit = 227 * 1024;
 constexpr int kMaxStages = 8;
 constexpr int kMetaWordsMax = 128;     // metadata words per k32 row of a stage (L = 1)
 constexpr int kEpiPitch = kBM + 4;     // fp32 staging row pitch: conflict-free fragment stores
 
-template <int BN>
+template <int BN, int MINB>
 struct Geometry {
+  static constexpr int kLimit = MINB == 1 ? kSmemLimit : 113 * 1024;  // per block, MINB blocks per SM
   static constexpr int kA = 2 * 32 * 128;         // two [32 x 64] value boxes
   static constexpr int kB = BN * 128;             // [BN x 64] x box
   static constexpr int kMeta = 2 * kMetaWordsMax * 4;
   static constexpr int kStage = (kA + kB + kMeta + 1023) / 1024 * 1024;
   static constexpr int kEpi = BN * kEpiPitch * 4;
-  static constexpr int kStagesFit = (kSmemLimit - 1024 - 2 * kMaxStages * 8) / kStage;
+  static constexpr int kStagesFit = (kLimit - 1024 - 2 * kMaxStages * 8) / kStage;
   static constexpr int kStages = kStagesFit > kMaxStages ? kMaxStages : kStagesFit;
   static constexpr int kPipe = kStages * kStage;
   static constexpr int kRegion = kPipe > kEpi ? kPipe : kEpi;
   static constexpr int kSmem = 1024 + kRegion + 2 * kStages * 8;
   static_assert(kStages >= 2, "at least two pipeline stages");
-  static_assert(kSmem <= kSmemLimit, "shared memory");
+  static_assert(kSmem <= kLimit, "shared memory");
 };
 
 struct Args {
@@ -131,12 +134,12 @@ __device__ __forceinline__ float to_f32<__half>(uint16_t bits) {
   return __half2float(__ushort_as_half(bits));
 }
 
-template <typename T, int BN>
-__global__ void __launch_bounds__(kThreads, 1)
+template <typename T, int BN, int MINB>
+__global__ void __launch_bounds__(kThreads, MINB)
     sparse_tc_kernel(const Args a, const __grid_constant__ CUtensorMap tm_x, const __grid_constant__ CUtensorMap tm_v,
                      const __grid_constant__ CUtensorMap tm_meta) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using G = Geometry<BN>;
+  using G = Geometry<BN, MINB>;
   constexpr int kStages = G::kStages;
   constexpr int kAcc = BN / 2;
   extern __shared__ unsigned char smem_raw[];
@@ -164,9 +167,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
 
   const uint32_t stage_tx = G::kA + G::kB + 2u * a.meta_words * 4u;
-  if (tid < 128) {
-    setmaxnreg_dec<40>();
-    if (tid == 0) {
+  if (tid >= 256) {
+    if (tid == 256) {
       // Box origin on a 16-byte boundary (a copy starting mid-line faults); the consumers add
       // the offset back (meta_skew).
       const int v0 = static_cast<int>(n0 / a.L) & ~3;
@@ -183,8 +185,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
   } else {
-    setmaxnreg_inc<232>();
-    const int wg = (tid >> 7) - 1;  // consumer warpgroup: outputs 64 wg .. 64 wg + 63
+    const int wg = tid >> 7;  // consumer warpgroup: outputs 64 wg .. 64 wg + 63
     const int ct = tid & 127, warp = ct >> 5, lane = tid & 31;
     const int r0 = 64 * wg + 16 * warp + (lane >> 2);  // this thread's rows r0 and r0 + 8 of the tile
     const int meta_skew = static_cast<int>(n0 / a.L) & 3;  // nonzero only for L >= 64
@@ -240,8 +241,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   } else {
     __syncthreads();
   }
-  if (tid >= 128) {
-    const int ct = tid - 128;
+  if (tid < 256) {
+    const int ct = tid;
     const int rows = kBM / split, chunks = rows / 8;
     const int row_base = (split > 1 ? static_cast<int>(cluster_rank()) : 0) * rows;
     const uint32_t stage_addr = sbase;
@@ -301,9 +302,9 @@ inline bool encode_map(CUtensorMap* map, CUtensorMapDataType type, int elem_byte
 }
 
 // Launches sparse_tc_kernel<T, BN> for a problem launch_sparse_tc has checked.
-template <typename T, int BN>
+template <typename T, int BN, int MINB>
 cudaError_t launch_tile(const SparseTcParams& p, cudaStream_t stream) {
-  using G = Geometry<BN>;
+  using G = Geometry<BN, MINB>;
   // Metadata words per k32 row of a box: the tile's 128 / L vectors, at least 16 bytes and, for
   // L >= 64, the 16-byte line that holds the tile's vectors.
   const int meta_words = p.L >= 32 ? 4 : kMetaWordsMax / p.L;
@@ -324,7 +325,7 @@ cudaError_t launch_tile(const SparseTcParams& p, cudaStream_t stream) {
   a.L = p.L;
   a.meta_words = meta_words;
   a.split = p.split_k;
-  auto kern = sparse_tc_kernel<T, BN>;
+  auto kern = sparse_tc_kernel<T, BN, MINB>;
   cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, G::kSmem);
   if (e != cudaSuccess) return e;
   cudaLaunchConfig_t cfg = {};
