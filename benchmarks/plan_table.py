@@ -13,6 +13,7 @@ the heuristic's pick and for the best measured plan.
     python benchmarks/plan_table.py                    # the sweep, ~5-6 min on an H200
     python benchmarks/plan_table.py --quick            # a few cells, to try the script
     python benchmarks/plan_table.py --out PATH.csv     # default benchmarks/results/h200/plan_table.csv
+    python benchmarks/plan_table.py --patterns 2:4     # those patterns' cells, replacing theirs in --out
 
 Sweep: N:M in {2:4, 16:32, 8:32, 4:32} x L in {1, 2, 4, 8, 16, 32, 64} x m in {1, 2, 4, 8, 16, 64, 256,
 1024, 4096} x the six Llama layers (out x in: 4096x4096, 11008x4096, 4096x11008, 1024x4096,
@@ -54,7 +55,7 @@ COLUMNS = ["device", "cc", "sms", "dtype", "N", "M", "L", "m", "n", "k", "kernel
            "cublas_us"]
 
 
-def cells(quick: bool):
+def cells(quick: bool, patterns=PATTERNS):
     """(dtype name, N, M, L, m, n, k), grouped so one weight serves every m."""
     if quick:
         for dt, (N, M), L, (n, k) in itertools.product(["bfloat16", "float32"], [(2, 4), (8, 32)], [1, 16],
@@ -65,7 +66,7 @@ def cells(quick: bool):
     for dt in ("bfloat16", "float32", "float16"):
         layers = LAYERS if dt != "float16" else [(4096, 4096), (4096, 14336)]
         ls = LS if dt != "float16" else [1, 16, 32]
-        for (n, k), (N, M), L in itertools.product(layers, PATTERNS, ls):
+        for (n, k), (N, M), L in itertools.product(layers, patterns, ls):
             for m in MS:
                 yield dt, N, M, L, m, n, k
 
@@ -137,7 +138,13 @@ def main():
     ap.add_argument("--quick", action="store_true", help="a few cells only")
     ap.add_argument("--skip-factor", type=float, default=20.0,
                     help="do not time a plan estimated above this many times the cell's best estimate (0: time all)")
+    ap.add_argument("--patterns", default=None,
+                    help="comma list of N:M: sweep only these and replace their rows in an existing --out")
     args = ap.parse_args()
+    patterns = PATTERNS
+    if args.patterns:
+        patterns = [tuple(int(v) for v in p.split(":")) for p in args.patterns.split(",")]
+        assert all(p in PATTERNS for p in patterns), f"--patterns: choose from {PATTERNS}"
     assert torch.cuda.is_available() and nmspmm.cuda_kernels_built(), "needs a GPU and nmspmm built with CUDA"
     common.set_tf32(False)
     props = torch.cuda.get_device_properties(0)
@@ -150,7 +157,7 @@ def main():
     cublas_cache = {}
     weight_key, weight = None, None
     t_start = time.time()
-    all_cells = list(cells(args.quick))
+    all_cells = list(cells(args.quick, patterns))
     for i, (dt, N, M, L, m, n, k) in enumerate(all_cells):
         dtype = DTYPES[dt]
         key = (dt, N, M, L, n, k)
@@ -160,6 +167,8 @@ def main():
             weight = random_weight(n, k, N, M, L, dtype, seed=zlib.crc32(repr(key).encode()))
             weight_key = key
         values, indices, dense64 = weight
+        # The metadata a 2:4 weight holds (NMWeight.tc_meta), so its plans run as a layer's do.
+        tc_meta = ops.sparse_tc_meta(indices, N, M, L, k) if (N, M) == (2, 4) else None
         dense = dense64.to(dtype)
         x = torch.randn(m, k, device="cuda").to(dtype)
         x64 = x.double()
@@ -177,7 +186,7 @@ def main():
         tol = 2.0 ** -12 if dtype != torch.float32 else 1e-5
         for kernel, split, est in cands:
             def run(kernel=kernel, split=split):
-                return ops.spmm_with_plan(x, values, indices, N, M, L, None, None, None, kernel, split)
+                return ops.spmm_with_plan(x, values, indices, N, M, L, None, None, None, kernel, split, tc_meta)
             y = run()
             err = (y.double() - ref).abs().max().item()
             ok = bool(math.isfinite(err) and err <= 2 * err_lin + tol * scale)
@@ -195,9 +204,16 @@ def main():
         if (i + 1) % 50 == 0 or i + 1 == len(all_cells):
             common.log(f"{i + 1}/{len(all_cells)} cells, {time.time() - t_start:.0f} s")
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    swept = rows
+    if args.patterns and os.path.exists(args.out):
+        import csv
+        with open(args.out, newline="") as f:
+            kept = [r for r in csv.DictReader(f) if (int(r["N"]), int(r["M"])) not in patterns]
+        common.log(f"keeping {len(kept)} rows of other patterns from {args.out}")
+        rows = kept + rows
     common.write_csv(args.out, rows, COLUMNS)
     common.log(f"wrote {len(rows)} rows to {args.out}")
-    report(rows)
+    report(swept)
     if failures:
         print(f"{len(failures)} plan(s) FAILED the fp64 check:", *failures[:40], sep="\n  ")
         sys.exit(1)

@@ -24,7 +24,7 @@ const auto& spmm_op() {
                               .findSchemaOrThrow("nmspmm::spmm", "")
                               .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t,
                                                 int64_t, int64_t, const OptTensor&, const OptTensor&,
-                                                const OptTensor&)>();
+                                                const OptTensor&, const OptTensor&)>();
   return op;
 }
 
@@ -33,7 +33,7 @@ const auto& spmm_with_plan_op() {
                               .findSchemaOrThrow("nmspmm::spmm_with_plan", "")
                               .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t,
                                                 int64_t, int64_t, const OptTensor&, const OptTensor&,
-                                                const OptTensor&, c10::string_view, int64_t)>();
+                                                const OptTensor&, c10::string_view, int64_t, const OptTensor&)>();
   return op;
 }
 
@@ -49,18 +49,19 @@ const auto& decompress_op() {
 at::Tensor call_below_autograd(bool with_plan, const at::Tensor& x, const at::Tensor& values,
                                const at::Tensor& indices, int64_t N, int64_t M, int64_t L, const OptTensor& bias,
                                const OptTensor& col_info, const OptTensor& packed_indices, c10::string_view kernel,
-                               int64_t split_k) {
+                               int64_t split_k, const OptTensor& tc_meta) {
   at::AutoDispatchBelowADInplaceOrView guard;
   if (with_plan)
-    return spmm_with_plan_op().call(x, values, indices, N, M, L, bias, col_info, packed_indices, kernel, split_k);
-  return spmm_op().call(x, values, indices, N, M, L, bias, col_info, packed_indices);
+    return spmm_with_plan_op().call(x, values, indices, N, M, L, bias, col_info, packed_indices, kernel, split_k,
+                                    tc_meta);
+  return spmm_op().call(x, values, indices, N, M, L, bias, col_info, packed_indices, tc_meta);
 }
 
 struct SpmmFunction : public torch::autograd::Function<SpmmFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& values,
                             const at::Tensor& indices, int64_t N, int64_t M, int64_t L, const OptTensor& bias,
                             const OptTensor& col_info, const OptTensor& packed_indices, const std::string& kernel,
-                            int64_t split_k, bool with_plan) {
+                            int64_t split_k, bool with_plan, const OptTensor& tc_meta) {
     TORCH_CHECK(!values.requires_grad(),
                 "nmspmm.spmm: gradients for the compressed weight values are not supported; the sparse "
                 "weight is frozen (values.requires_grad must be False)");
@@ -70,13 +71,13 @@ struct SpmmFunction : public torch::autograd::Function<SpmmFunction> {
     ctx->saved_data["L"] = L;
     ctx->saved_data["has_bias"] = bias.has_value();
     return call_below_autograd(with_plan, x, values, indices, N, M, L, bias, col_info, packed_indices, kernel,
-                               split_k);
+                               split_k, tc_meta);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     // One slot per forward argument: x, values, indices, N, M, L, bias, col_info, packed_indices,
-    // kernel, split_k, with_plan. Only x and bias get gradients.
-    variable_list out(12);
+    // kernel, split_k, with_plan, tc_meta. Only x and bias get gradients.
+    variable_list out(13);
     const at::Tensor& grad_y = grads[0];
     if (!grad_y.defined()) return out;
     const auto saved = ctx->get_saved_variables();
@@ -103,25 +104,26 @@ bool needs_grad(const at::Tensor& x, const at::Tensor& values, const OptTensor& 
 at::Tensor spmm_autograd_impl(bool with_plan, const at::Tensor& x, const at::Tensor& values,
                               const at::Tensor& indices, int64_t N, int64_t M, int64_t L, const OptTensor& bias,
                               const OptTensor& col_info, const OptTensor& packed_indices, c10::string_view kernel,
-                              int64_t split_k) {
+                              int64_t split_k, const OptTensor& tc_meta) {
   if (!needs_grad(x, values, bias))
     return call_below_autograd(with_plan, x, values, indices, N, M, L, bias, col_info, packed_indices, kernel,
-                               split_k);
+                               split_k, tc_meta);
   return SpmmFunction::apply(x, values, indices, N, M, L, bias, col_info, packed_indices, std::string(kernel),
-                             split_k, with_plan);
+                             split_k, with_plan, tc_meta);
 }
 
 at::Tensor spmm_autograd(const at::Tensor& x, const at::Tensor& values, const at::Tensor& indices, int64_t N,
                          int64_t M, int64_t L, const OptTensor& bias, const OptTensor& col_info,
-                         const OptTensor& packed_indices) {
-  return spmm_autograd_impl(false, x, values, indices, N, M, L, bias, col_info, packed_indices, "", 1);
+                         const OptTensor& packed_indices, const OptTensor& tc_meta) {
+  return spmm_autograd_impl(false, x, values, indices, N, M, L, bias, col_info, packed_indices, "", 1, tc_meta);
 }
 
 at::Tensor spmm_with_plan_autograd(const at::Tensor& x, const at::Tensor& values, const at::Tensor& indices,
                                    int64_t N, int64_t M, int64_t L, const OptTensor& bias,
                                    const OptTensor& col_info, const OptTensor& packed_indices,
-                                   c10::string_view kernel, int64_t split_k) {
-  return spmm_autograd_impl(true, x, values, indices, N, M, L, bias, col_info, packed_indices, kernel, split_k);
+                                   c10::string_view kernel, int64_t split_k, const OptTensor& tc_meta) {
+  return spmm_autograd_impl(true, x, values, indices, N, M, L, bias, col_info, packed_indices, kernel, split_k,
+                            tc_meta);
 }
 
 }  // namespace

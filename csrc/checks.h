@@ -90,6 +90,41 @@ inline void check_col_info(const at::Tensor& col_info, const at::Tensor& packed_
   (void)M;
 }
 
+// The 2:4 sparse tensor-core metadata (sparse_tc_meta): int32 [ceil(in / 32), round_up(out / L, 4)]
+// on the device of indices; only for N:M = 2:4.
+inline int64_t tc_meta_rows(int64_t in_features) { return (in_features + 31) / 32; }
+inline int64_t tc_meta_ld(int64_t out_features, int64_t L) { return (out_features / L + 3) / 4 * 4; }
+inline void check_tc_meta(const at::Tensor& tc_meta, const at::Tensor& indices, int64_t N, int64_t M, int64_t L,
+                          int64_t in_features, int64_t out_features) {
+  TORCH_CHECK(N == 2 && M == 4, "nmspmm.spmm: tc_meta is the metadata of 2:4 weights (sparse_tc_meta), but the "
+              "pattern is ", N, ":", M);
+  const int64_t rows = tc_meta_rows(in_features), ld = tc_meta_ld(out_features, L);
+  TORCH_CHECK(tc_meta.scalar_type() == at::kInt && tc_meta.dim() == 2 && tc_meta.size(0) == rows &&
+                  tc_meta.size(1) == ld,
+              "nmspmm.spmm: tc_meta must be int32 of shape [", rows, ", ", ld,
+              "] (from torch.ops.nmspmm.sparse_tc_meta(indices, 2, 4, L, in_features)), got ", tc_meta.scalar_type(), " ",
+              tc_meta.sizes());
+  TORCH_CHECK(tc_meta.device() == indices.device(), "nmspmm.spmm: tc_meta must be on the device of indices (",
+              indices.device(), "), got ", tc_meta.device());
+}
+
+// Arguments of sparse_tc_meta (every device); returns out_features.
+inline int64_t check_sparse_tc_meta_args(const at::Tensor& indices, int64_t N, int64_t M, int64_t L,
+                                         int64_t in_features) {
+  TORCH_CHECK(N == 2 && M == 4, "nmspmm.sparse_tc_meta: the sparse tensor-core metadata is for N:M = 2:4, got N=",
+              N, ", M=", M);
+  TORCH_CHECK(L >= 1 && L <= 128 && (L & (L - 1)) == 0,
+              "nmspmm.sparse_tc_meta: L must be a power of two in [1, 128], got L=", L);
+  TORCH_CHECK(indices.dim() == 2 && indices.scalar_type() == at::kByte,
+              "nmspmm.sparse_tc_meta: indices must be a 2-D uint8 tensor, got ", indices.scalar_type(), " ",
+              indices.sizes());
+  TORCH_CHECK(in_features >= 0 && in_features % 4 == 0,
+              "nmspmm.sparse_tc_meta: in_features must be a non-negative multiple of 4, got ", in_features);
+  TORCH_CHECK(indices.size(0) == in_features / 2, "nmspmm.sparse_tc_meta: indices must have in_features / 2 = ",
+              in_features / 2, " rows, got ", indices.size(0));
+  return indices.size(1) * L;
+}
+
 // x[..., in], bias[out]; returns in_features.
 inline void check_spmm_inputs(const at::Tensor& x, const at::Tensor& values,
                               const std::optional<at::Tensor>& bias, int64_t in_features) {
@@ -155,6 +190,8 @@ inline Kernel check_plan(c10::string_view name, int64_t split_k, int64_t m, int6
                 info.name, " must be in [1, ", info.max_split_k, "], got ", split_k);
   TORCH_CHECK(split_k >= 1 && split_k <= kMaxSplitK, "nmspmm.spmm_with_plan: split_k must be in [1, ",
               kMaxSplitK, "], got ", split_k);
+  TORCH_CHECK(!is_sparse_tc_kernel(kernel) || sparse_tc_split_ok(static_cast<int>(split_k)),
+              "nmspmm.spmm_with_plan: split_k of kernel ", info.name, " must be 1, 2, 4 or 8, got ", split_k);
   return kernel;
 }
 

@@ -132,15 +132,19 @@ TORCH_LIBRARY(nmspmm, m) {
   m.def("decompress(Tensor values, Tensor indices, int N, int M, int L) -> Tensor");
   // High-sparsity packing metadata: (col_info[n_tiles, k_blocks, 64] uint8, packed_indices uint8).
   m.def("col_info(Tensor indices, int N, int M, int L) -> (Tensor, Tensor)");
-  // y[..., out] = x[..., in] @ decompress(values, indices)^T (+ bias), fp32 accumulation.
+  // 2:4 only: the positions in the sparse tensor cores' form, int32 [ceil(in/32), round_up(out/L, 4)]
+  // (docs/format.md, "Sparse tensor-core metadata"); index bytes are read as b & 3.
+  m.def("sparse_tc_meta(Tensor indices, int N, int M, int L, int in_features) -> Tensor");
+  // y[..., out] = x[..., in] @ decompress(values, indices)^T (+ bias), fp32 accumulation; tc_meta
+  // (2:4) is the weight's sparse_tc_meta, built for the call where absent.
   m.def(
       "spmm(Tensor x, Tensor values, Tensor indices, int N, int M, int L, Tensor? bias=None, "
-      "Tensor? col_info=None, Tensor? packed_indices=None) -> Tensor");
+      "Tensor? col_info=None, Tensor? packed_indices=None, Tensor? tc_meta=None) -> Tensor");
   // spmm with an explicit plan instead of the heuristic's: a kernel of the registry (kernels()) by
   // name and its split-K (tests, benchmarks).
   m.def(
       "spmm_with_plan(Tensor x, Tensor values, Tensor indices, int N, int M, int L, Tensor? bias, "
-      "Tensor? col_info, Tensor? packed_indices, str kernel, int split_k) -> Tensor");
+      "Tensor? col_info, Tensor? packed_indices, str kernel, int split_k, Tensor? tc_meta=None) -> Tensor");
   // The kernel registry (csrc/registry.h): every kernel's name, and what one kernel needs and does.
   m.def("kernels() -> str[]", &kernels_op);
   m.def(

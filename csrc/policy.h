@@ -388,6 +388,21 @@ inline PlanCost plan_generic(const Problem& pb, const Candidates& c) {
   return plan_cost(pb, {Kernel::kGenericF32, 1}, generic_cost_us(pb.m, pb.n, pb.k, pb.N, pb.M, pb.num_sms));
 }
 
+// The sparse tensor-core kernels (2:4, fp16 / bf16, sm_90a): the cheapest (token tile, split) under
+// sparse_tc_cost_us; their tensor copies need in and out divisible by 8.
+inline PlanCost plan_sparse_tc(const Problem& pb, const Candidates& c) {
+  if (pb.N != 2 || pb.M != 4 || pb.n % 8 != 0 || pb.k % 8 != 0) return kNoPlan;
+  PlanCost best = kNoPlan;
+  for (const KernelInfo& k : kKernelTable) {
+    if (k.family != Family::kSparseTc || k.dtype != pb.dtype || !c.has(k.id)) continue;
+    for (int split = 1; split <= kMaxSparseTcSplit; split *= 2) {
+      if (split > 1 && (pb.k + 63) / 64 < 4 * split) break;  // each block keeps at least 4 k-blocks
+      best = cheaper(best, plan_cost(pb, {k.id, split}, sparse_tc_cost_us(k.tile_m, pb.m, pb.n, pb.k, split, pb.num_sms)));
+    }
+  }
+  return best;
+}
+
 // Never planned (col_info, see registry_candidates).
 inline PlanCost plan_none(const Problem&, const Candidates&) { return kNoPlan; }
 
@@ -400,6 +415,7 @@ struct FamilyPlan {
   FamilyPlanner planner;
 };
 constexpr FamilyPlan kFamilyPlanners[] = {
+    {Family::kSparseTc, &plan_sparse_tc},
     {Family::kDecodeTc, &plan_decode_tc},
     {Family::kDecodeCluster, &plan_decode_f32},  // the two cluster decode families share the fitted rules
     {Family::kDecodeStaged, &plan_decode_f32},

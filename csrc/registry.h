@@ -35,6 +35,7 @@ enum class Family : int {
   kDecodeTc,       // fp16 / bf16, m <= 64, clusters: tensor-core streaming of the weight, k split on chip
   kTcPrefill,      // fp16 / bf16, sm_80+: gathered ldmatrix + mma.sync over a k-major copy of x
   kDenseExpand,    // any dtype: the weight expanded to dense for the call, then cuBLAS
+  kSparseTc,       // fp16 / bf16, sm_90a, N:M = 2:4 (any L): wgmma.sp on the sparse tensor cores
 };
 inline const char* family_name(Family f) {
   switch (f) {
@@ -50,6 +51,7 @@ inline const char* family_name(Family f) {
     case Family::kDecodeTc: return "decode_tc";
     case Family::kTcPrefill: return "tc_prefill";
     case Family::kDenseExpand: return "dense_expand";
+    case Family::kSparseTc: return "sparse_tc";
   }
   return "?";
 }
@@ -91,6 +93,14 @@ enum class Kernel : int {
   kDenseExpandF32,
   kDecodeSplitKBF16,
   kDecodeSplitKF16,
+  kSparseTcBF16_256x128,
+  kSparseTcBF16_128x128,
+  kSparseTcBF16_64x128,
+  kSparseTcBF16_16x128,
+  kSparseTcF16_256x128,
+  kSparseTcF16_128x128,
+  kSparseTcF16_64x128,
+  kSparseTcF16_16x128,
   kCount,
   kNone = -1,
 };
@@ -100,6 +110,8 @@ enum class Kernel : int {
 constexpr int kMaxDecodeCluster = 16;
 // Largest split_k of every other kernel.
 constexpr int kMaxSplitK = 64;
+// Largest split_k (cluster size) of the sparse tensor-core kernels; they take 1, 2, 4 or 8.
+constexpr int kMaxSparseTcSplit = 8;
 // Largest m of the fp16 / bf16 prefill kernel (its x transpose's grid; larger m takes the dense
 // expansion).
 constexpr int kTcPrefillMaxM = 65535 * 64;
@@ -169,6 +181,16 @@ constexpr KernelInfo kKernelTable[] = {
     // The split-K decode kernel with values in their own 16-bit dtype, any L (spmm_decode_splitk.cuh).
     {Kernel::kDecodeSplitKBF16, "decode_splitk_bf16", Family::kDecodeSplitK, DType::kBF16, 0, 128, 4, 0, 1, 0, 16, 80, false, false, false, kMaxSplitK},
     {Kernel::kDecodeSplitKF16, "decode_splitk_f16", Family::kDecodeSplitK, DType::kF16, 0, 128, 4, 0, 1, 0, 16, 80, false, false, false, kMaxSplitK},
+    // 2:4 on the sparse tensor cores (kernels/sparse_tc/): blocks of tile_m tokens x 128 outputs, 8
+    // consumer warps + a producer warp, variant = blocks per SM; split_k (1, 2, 4, 8) = cluster size.
+    {Kernel::kSparseTcBF16_256x128, "sparse_tc_bf16_256x128_sm90a", Family::kSparseTc, DType::kBF16, 256, 128, 9, 1, 1, 4, 0, 90, true, false, false, kMaxSparseTcSplit},
+    {Kernel::kSparseTcBF16_128x128, "sparse_tc_bf16_128x128_sm90a", Family::kSparseTc, DType::kBF16, 128, 128, 9, 2, 1, 4, 0, 90, true, false, false, kMaxSparseTcSplit},
+    {Kernel::kSparseTcBF16_64x128, "sparse_tc_bf16_64x128_sm90a", Family::kSparseTc, DType::kBF16, 64, 128, 9, 1, 1, 4, 0, 90, true, false, false, kMaxSparseTcSplit},
+    {Kernel::kSparseTcBF16_16x128, "sparse_tc_bf16_16x128_sm90a", Family::kSparseTc, DType::kBF16, 16, 128, 9, 1, 1, 4, 0, 90, true, false, false, kMaxSparseTcSplit},
+    {Kernel::kSparseTcF16_256x128, "sparse_tc_f16_256x128_sm90a", Family::kSparseTc, DType::kF16, 256, 128, 9, 1, 1, 4, 0, 90, true, false, false, kMaxSparseTcSplit},
+    {Kernel::kSparseTcF16_128x128, "sparse_tc_f16_128x128_sm90a", Family::kSparseTc, DType::kF16, 128, 128, 9, 2, 1, 4, 0, 90, true, false, false, kMaxSparseTcSplit},
+    {Kernel::kSparseTcF16_64x128, "sparse_tc_f16_64x128_sm90a", Family::kSparseTc, DType::kF16, 64, 128, 9, 1, 1, 4, 0, 90, true, false, false, kMaxSparseTcSplit},
+    {Kernel::kSparseTcF16_16x128, "sparse_tc_f16_16x128_sm90a", Family::kSparseTc, DType::kF16, 16, 128, 9, 1, 1, 4, 0, 90, true, false, false, kMaxSparseTcSplit},
 };
 constexpr int kNumKernels = static_cast<int>(Kernel::kCount);
 static_assert(sizeof(kKernelTable) / sizeof(kKernelTable[0]) == kNumKernels, "one kKernelTable row per Kernel");
@@ -261,6 +283,8 @@ inline bool kernel_supports(Kernel kernel, int64_t m, int64_t N, int64_t M, int6
   // The tensor-core kernels: L a power of two in [16, 128] (min_L above); the prefill kernel needs
   // M >= 8 (a 16-slot fragment spans at most two windows of 8).
   if (k.family == Family::kTcPrefill) return M >= 8;
+  // The sparse tensor cores select 2 of every 4 inputs.
+  if (k.family == Family::kSparseTc) return N == 2 && M == 4;
   return true;
 }
 
@@ -269,6 +293,11 @@ inline bool kernel_supports(Kernel kernel, int64_t m, int64_t N, int64_t M, int6
 inline bool is_half_kernel(Kernel kernel) {
   return valid_kernel(kernel) && kernel_info(kernel).dtype != DType::kF32;
 }
+inline bool is_sparse_tc_kernel(Kernel kernel) {
+  return valid_kernel(kernel) && kernel_info(kernel).family == Family::kSparseTc;
+}
+// Whether a sparse_tc kernel takes a split (a power-of-two cluster of at most 8 blocks).
+inline bool sparse_tc_split_ok(int split) { return split == 1 || split == 2 || split == 4 || split == 8; }
 inline bool is_dense_expand_kernel(Kernel kernel) {
   return valid_kernel(kernel) && kernel_info(kernel).family == Family::kDenseExpand;
 }
@@ -291,7 +320,7 @@ constexpr int kMaxClusterSplit = 2;
 // runs 0.95-1.00x; with the epilogue in the plain kernel's function ptxas reallocates its FFMA
 // block and every plan runs 1.5-7% slower).
 inline bool plan_reduces_in_cluster(Kernel kernel, int split_k, bool clusters) {
-  if (is_cluster_decode_kernel(kernel)) return true;
+  if (is_cluster_decode_kernel(kernel) || is_sparse_tc_kernel(kernel)) return true;
   return clusters && split_k > 1 && split_k <= kMaxClusterSplit &&
          (is_tiled_kernel(kernel) || is_packed_kernel(kernel) || is_warp_packed_kernel(kernel));
 }

@@ -132,7 +132,36 @@ def _col_info_fake(indices, N, M, L):
     return cols, indices.new_empty(indices.shape)
 
 
-def _spmm_fake_impl(op, x, values, indices, N, M, L, bias, col_info, packed_indices):
+def _check_tc_meta(op, tc_meta, indices, N, M, L, in_features, out_features):
+    if tc_meta is None:
+        return
+    torch._check(N == 2 and M == 4, lambda: f"nmspmm.spmm: tc_meta is the metadata of 2:4 weights "
+                 f"(sparse_tc_meta), but the pattern is {N}:{M}")
+    shape = (_cdiv(in_features, 32), _cdiv(out_features // L, 4) * 4)
+    torch._check(tc_meta.dtype == torch.int32 and tc_meta.dim() == 2 and tuple(tc_meta.shape) == shape,
+                 lambda: f"nmspmm.spmm: tc_meta must be int32 of shape [{shape[0]}, {shape[1]}] (from "
+                 f"torch.ops.nmspmm.sparse_tc_meta(indices, 2, 4, L, in_features)), got {tc_meta.dtype} {tuple(tc_meta.shape)}")
+    _check_same_device(op, ("indices", indices), ("tc_meta", tc_meta))
+
+
+@torch.library.register_fake("nmspmm::sparse_tc_meta")
+def _sparse_tc_meta_fake(indices, N, M, L, in_features):
+    torch._check(N == 2 and M == 4, lambda: f"nmspmm.sparse_tc_meta: the sparse tensor-core metadata is for "
+                 f"N:M = 2:4, got N={N}, M={M}")
+    torch._check(_is_pow2(L) and 1 <= L <= 128,
+                 lambda: f"nmspmm.sparse_tc_meta: L must be a power of two in [1, 128], got L={L}")
+    torch._check(indices.dim() == 2 and indices.dtype == torch.uint8,
+                 lambda: f"nmspmm.sparse_tc_meta: indices must be a 2-D uint8 tensor, got {indices.dtype} "
+                 f"{tuple(indices.shape)}")
+    torch._check(in_features >= 0 and in_features % 4 == 0,
+                 lambda: f"nmspmm.sparse_tc_meta: in_features must be a non-negative multiple of 4, got {in_features}")
+    torch._check(indices.shape[0] == in_features // 2,
+                 lambda: f"nmspmm.sparse_tc_meta: indices must have in_features / 2 = {in_features // 2} rows, "
+                 f"got {indices.shape[0]}")
+    return indices.new_empty((_cdiv(in_features, 32), _cdiv(indices.shape[1], 4) * 4), dtype=torch.int32)
+
+
+def _spmm_fake_impl(op, x, values, indices, N, M, L, bias, col_info, packed_indices, tc_meta=None):
     inp = _check_compressed(op, values, indices, N, M, L)
     torch._check(x.dim() >= 1, lambda: "nmspmm: x must have at least one dimension [..., in_features]")
     torch._check(x.dtype in _FLOAT_DTYPES, lambda: f"nmspmm: x must be float32, float16 or bfloat16, got {x.dtype}")
@@ -148,17 +177,18 @@ def _spmm_fake_impl(op, x, values, indices, N, M, L, bias, col_info, packed_indi
         torch._check(bias.dtype == x.dtype, lambda: f"nmspmm: bias has dtype {bias.dtype} but x has dtype {x.dtype}")
         _check_same_device(op, ("x", x), ("bias", bias))
     _check_col_info(op, col_info, packed_indices, indices, inp, out)
+    _check_tc_meta(op, tc_meta, indices, N, M, L, inp, out)
     return x.new_empty((*x.shape[:-1], out))
 
 
 @torch.library.register_fake("nmspmm::spmm")
-def _spmm_fake(x, values, indices, N, M, L, bias=None, col_info=None, packed_indices=None):
-    return _spmm_fake_impl("spmm", x, values, indices, N, M, L, bias, col_info, packed_indices)
+def _spmm_fake(x, values, indices, N, M, L, bias=None, col_info=None, packed_indices=None, tc_meta=None):
+    return _spmm_fake_impl("spmm", x, values, indices, N, M, L, bias, col_info, packed_indices, tc_meta)
 
 
 @torch.library.register_fake("nmspmm::spmm_with_plan")
-def _spmm_with_plan_fake(x, values, indices, N, M, L, bias, col_info, packed_indices, kernel, split_k):
-    return _spmm_fake_impl("spmm_with_plan", x, values, indices, N, M, L, bias, col_info, packed_indices)
+def _spmm_with_plan_fake(x, values, indices, N, M, L, bias, col_info, packed_indices, kernel, split_k, tc_meta=None):
+    return _spmm_fake_impl("spmm_with_plan", x, values, indices, N, M, L, bias, col_info, packed_indices, tc_meta)
 
 
 @functools.lru_cache(maxsize=None)

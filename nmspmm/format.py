@@ -38,6 +38,9 @@ class NMWeight:
              for the vector of L output channels j//L; ascending within each (window, vector).
     col_info, packed_indices: derived packing metadata for the high-sparsity kernels (see
              ``nmspmm.col_info``); never a second source of truth, rebuilt on demand.
+    tc_meta: for N:M = 2:4, the positions in the sparse tensor cores' form (int32
+             [ceil(in/32), round_up(out/L, 4)], ``nmspmm.sparse_tc_meta``), derived from indices;
+             ``compress`` attaches it. Without it a 2:4 call builds it for the call.
     """
 
     values: torch.Tensor
@@ -48,6 +51,7 @@ class NMWeight:
     shape: Tuple[int, int]
     col_info: Optional[torch.Tensor] = None
     packed_indices: Optional[torch.Tensor] = None
+    tc_meta: Optional[torch.Tensor] = None
 
     def __post_init__(self) -> None:
         # A weight built from user tensors is checked here, where it enters: types, shapes and
@@ -84,6 +88,8 @@ class NMWeight:
         n = self.values.numel() * self.values.element_size() + self.indices.numel()
         if with_metadata and self.col_info is not None:
             n += self.col_info.numel() + self.packed_indices.numel()
+        if with_metadata and self.tc_meta is not None:
+            n += self.tc_meta.numel() * self.tc_meta.element_size()
         return n
 
     def with_col_info(self) -> "NMWeight":
@@ -101,7 +107,7 @@ class NMWeight:
             return t.to(device=device, dtype=dtype if cast else None)
         return _trusted(NMWeight, **{**self._fields(), "values": mv(self.values, True),
                                      "indices": mv(self.indices), "col_info": mv(self.col_info),
-                                     "packed_indices": mv(self.packed_indices)})
+                                     "packed_indices": mv(self.packed_indices), "tc_meta": mv(self.tc_meta)})
 
 
 def _pattern_args(N: int, M: int, L: int) -> Tuple[int, int, int]:
@@ -168,6 +174,14 @@ def _validate(w: "NMWeight") -> None:
                             f"{getattr(t, 'dtype', type(t).__name__)}")
         if t.device != w.values.device:
             raise ValueError(f"nmspmm.NMWeight: {name} is on {t.device} but values is on {w.values.device}")
+    if w.tc_meta is not None:
+        if (N, M) != (2, 4):
+            raise ValueError(f"nmspmm.NMWeight: tc_meta is the metadata of 2:4 weights, but the pattern is {N}:{M}")
+        if not isinstance(w.tc_meta, torch.Tensor) or w.tc_meta.dtype != torch.int32:
+            raise TypeError(f"nmspmm.NMWeight: tc_meta must be an int32 tensor, got "
+                            f"{getattr(w.tc_meta, 'dtype', type(w.tc_meta).__name__)}")
+        if w.tc_meta.device != w.values.device:
+            raise ValueError(f"nmspmm.NMWeight: tc_meta is on {w.tc_meta.device} but values is on {w.values.device}")
     _check_device(w.values, "NMWeight.values")
     if w.indices.is_meta:
         return  # no data to check
@@ -181,6 +195,11 @@ def _validate(w: "NMWeight") -> None:
         if tuple(w.packed_indices.shape) != tuple(packed.shape) or not torch.equal(w.packed_indices, packed):
             raise ValueError("nmspmm.NMWeight: packed_indices does not match indices (rebuild it with "
                              "nmspmm.col_info or NMWeight.with_col_info)")
+    if w.tc_meta is not None:
+        meta = ops.sparse_tc_meta(w.indices, N, M, L, inp)
+        if tuple(w.tc_meta.shape) != tuple(meta.shape) or not torch.equal(w.tc_meta, meta):
+            raise ValueError("nmspmm.NMWeight: tc_meta does not match indices (rebuild it with "
+                             "torch.ops.nmspmm.sparse_tc_meta)")
 
 
 def prune(weight: torch.Tensor, N: int, M: int, L: int) -> torch.Tensor:
@@ -208,8 +227,9 @@ def compress(weight: torch.Tensor, N: int, M: int, L: int,
     if mask is None:
         mask = ops.prune(weight, N, M, L)
     values, indices = ops.compress(weight, mask, N, M, L)
+    meta = ops.sparse_tc_meta(indices, N, M, L, weight.shape[1]) if (N, M) == (2, 4) else None
     return _trusted(NMWeight, values=values, indices=indices, N=N, M=M, L=L,
-                    shape=(weight.shape[0], weight.shape[1]))
+                    shape=(weight.shape[0], weight.shape[1]), tc_meta=meta)
 
 
 def decompress(packed: NMWeight) -> torch.Tensor:
@@ -239,4 +259,4 @@ def spmm(x: torch.Tensor, packed: NMWeight, bias: Optional[torch.Tensor] = None)
     """
     _check_device(x, "x")
     return ops.spmm(x, packed.values, packed.indices, packed.N, packed.M, packed.L, bias,
-                    packed.col_info, packed.packed_indices)
+                    packed.col_info, packed.packed_indices, packed.tc_meta)

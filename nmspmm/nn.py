@@ -11,6 +11,10 @@ State of an :class:`NMLinear`:
   ``indices`` (``torch.ops.nmspmm.col_info``) as non-persistent buffers; from then on they are
   rebuilt whenever a state dict is loaded and follow the module on ``.to()``/``.cuda()``; they are
   never saved and never a second source of truth.
+* ``tc_meta``: for N:M = 2:4, the sparse tensor-core kernels' metadata (``torch.ops.nmspmm.
+  sparse_tc_meta``, 2 bits per kept value at L = 1), a non-persistent buffer derived from
+  ``indices`` wherever the packing metadata is rebuilt (construction, load, ``rebuild_metadata``);
+  None for other patterns.
 
 The sparse weight is frozen (buffers take no gradient); gradients flow to the input and bias.
 """
@@ -113,6 +117,7 @@ class NMLinear(nn.Module):
         self.register_buffer("indices", positions[:, None].expand(rows, out_features // L).contiguous())
         self.register_buffer("col_info", None, persistent=False)
         self.register_buffer("packed_indices", None, persistent=False)
+        self.register_buffer("tc_meta", None, persistent=False)
         if bias:
             self.bias = nn.Parameter(torch.zeros(out_features, device=device, dtype=dtype))
         else:
@@ -188,6 +193,11 @@ class NMLinear(nn.Module):
         metadata = ops.col_info(self.indices, self.N, self.M, self.L)  # checks every index < M, ascending
         if getattr(self, "_with_col_info", False):
             self.col_info, self.packed_indices = metadata
+        self._rebuild_tc_meta()
+
+    def _rebuild_tc_meta(self) -> None:
+        if (self.N, self.M) == (2, 4):
+            self.tc_meta = ops.sparse_tc_meta(self.indices, 2, 4, self.L, self.in_features)
 
     def get_extra_state(self) -> torch.Tensor:
         """[format version, N, M, L, in_features, out_features] (int64): what a checkpoint must
@@ -305,6 +315,7 @@ class NMLinear(nn.Module):
         if len(error_msgs) == n_errors and metadata is not None:
             if getattr(self, "_with_col_info", False):
                 self.col_info, self.packed_indices = metadata
+            self._rebuild_tc_meta()
         elif len(error_msgs) == n_errors:
             self.rebuild_metadata()
 
@@ -326,7 +337,7 @@ class NMLinear(nn.Module):
         buffers = self._buffers
         values = buffers["values"]
         args = (buffers["indices"], self.N, self.M, self.L, self._parameters["bias"],
-                buffers["col_info"], buffers["packed_indices"])
+                buffers["col_info"], buffers["packed_indices"], buffers["tc_meta"])
         if x.dtype == values.dtype:
             return _spmm(x, values, *args)
         if not isinstance(x, torch.Tensor) or not x.is_floating_point():
@@ -340,7 +351,7 @@ class NMLinear(nn.Module):
         """The layer's weight as an :class:`NMWeight` (shares storage with the buffers)."""
         return _trusted(NMWeight, values=self.values, indices=self.indices, N=self.N, M=self.M,
                         L=self.L, shape=(self.out_features, self.in_features), col_info=self.col_info,
-                        packed_indices=self.packed_indices)
+                        packed_indices=self.packed_indices, tc_meta=self.tc_meta)
 
     @torch.no_grad()
     def to_dense(self) -> torch.Tensor:
@@ -357,10 +368,11 @@ class NMLinear(nn.Module):
 
     @property
     def metadata_nbytes(self) -> int:
-        """Bytes of the derived packing metadata (col_info + packed_indices; 0 without them)."""
+        """Bytes of the derived metadata (col_info + packed_indices, tc_meta; 0 without them)."""
+        n = 0 if self.tc_meta is None else self.tc_meta.numel() * self.tc_meta.element_size()
         if self.col_info is None:
-            return 0
-        return self.col_info.numel() + self.packed_indices.numel()
+            return n
+        return n + self.col_info.numel() + self.packed_indices.numel()
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
@@ -376,7 +388,7 @@ class LayerReport:
     out_features: int
     dense_bytes: int     # weight + bias of the nn.Linear
     sparse_bytes: int    # values + indices + bias of the NMLinear (its state_dict)
-    metadata_bytes: int  # col_info + packed_indices (derived, not saved)
+    metadata_bytes: int  # col_info + packed_indices, tc_meta (derived, not saved)
 
 
 @dataclass

@@ -72,7 +72,7 @@ class RowParallelNMLinear(NMLinear):
             x = x.to(values.dtype)
         # No bias in the partial products: it would be summed W times.
         y = _spmm(x, values, buffers["indices"], self.N, self.M, self.L, None,
-                  buffers["col_info"], buffers["packed_indices"])
+                  buffers["col_info"], buffers["packed_indices"], buffers["tc_meta"])
         y = funcol.all_reduce(y, "sum", self.tp_group)
         bias = self._parameters["bias"]
         if bias is not None:

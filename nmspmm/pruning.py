@@ -578,12 +578,12 @@ class _SpmmValues(torch.autograd.Function):
     """y = x @ decompress(values).T + bias with gradients for x, the kept values and the bias."""
 
     @staticmethod
-    def forward(ctx, x, values, bias, indices, cols, N, M, L, col_info, packed_indices):
+    def forward(ctx, x, values, bias, indices, cols, N, M, L, col_info, packed_indices, tc_meta):
         ctx.save_for_backward(x, values, indices, cols)
         ctx.pattern = (N, M, L)
         ctx.has_bias = bias is not None
         return ops.spmm(x.detach(), values.detach(), indices, N, M, L,
-                        None if bias is None else bias.detach(), col_info, packed_indices)
+                        None if bias is None else bias.detach(), col_info, packed_indices, tc_meta)
 
     @staticmethod
     def backward(ctx, gy):
@@ -600,25 +600,26 @@ class _SpmmValues(torch.autograd.Function):
             gv = gW_t.gather(0, cols).to(values.dtype)
         if ctx.has_bias and ctx.needs_input_grad[2]:
             gb = g2.sum(0)
-        return gx, gv, gb, None, None, None, None, None, None, None
+        return gx, gv, gb, None, None, None, None, None, None, None, None
 
 
 def spmm_trainable(x: torch.Tensor, values: torch.Tensor, indices: torch.Tensor, N: int, M: int,
                    L: int, bias: Optional[torch.Tensor] = None,
                    cols: Optional[torch.Tensor] = None, col_info: Optional[torch.Tensor] = None,
-                   packed_indices: Optional[torch.Tensor] = None) -> torch.Tensor:
+                   packed_indices: Optional[torch.Tensor] = None,
+                   tc_meta: Optional[torch.Tensor] = None) -> torch.Tensor:
     """``nmspmm.spmm`` with gradients for ``values`` too (the mask, ``indices``, stays frozen):
     ``grad_values[u, j] = (grad_y^T x)[j, col(u, j)]``. ``cols`` (from the indices) is recomputed
-    when not given; ``col_info``/``packed_indices`` are the packing metadata, as for ``spmm``."""
+    when not given; ``col_info``/``packed_indices``/``tc_meta`` are the derived metadata, as for ``spmm``."""
     if cols is None:
         cols = _kept_columns(indices, N, M, L, values.shape[1])
-    return _SpmmValues.apply(x, values, bias, indices, cols, N, M, L, col_info, packed_indices)
+    return _SpmmValues.apply(x, values, bias, indices, cols, N, M, L, col_info, packed_indices, tc_meta)
 
 
 def _trainable_forward(self, x):
     v = self.values_param
     y = spmm_trainable(x.to(v.dtype), v, self.indices, self.N, self.M, self.L, self.bias, self._cols,
-                       self.col_info, self.packed_indices)
+                       self.col_info, self.packed_indices, self.tc_meta)
     return y.to(x.dtype)
 
 

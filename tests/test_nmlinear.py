@@ -60,19 +60,24 @@ def test_empty_layer_shapes(N, M, L):
     assert (layer.in_features, layer.out_features, layer.N, layer.M, layer.L) == (IN, OUT, N, M, L)
     assert layer.values.shape == (IN * N // M, OUT) and layer.values.dtype == torch.float32
     assert layer.indices.shape == (IN * N // M, OUT // L) and layer.indices.dtype == torch.uint8
-    # The packing kernels' metadata only on request (the heuristic never uses it).
-    assert layer.col_info is None and layer.packed_indices is None and layer.metadata_nbytes == 0
+    # The packing kernels' metadata only on request (the heuristic never uses it); 2:4 layers hold
+    # the sparse tensor-core metadata (int32 [in/32, out/L rounded up to 4]).
+    sp24 = (N, M) == (2, 4)
+    assert layer.col_info is None and layer.packed_indices is None
+    tc_bytes = (IN + 31) // 32 * ((OUT // L + 3) // 4 * 4) * 4 if sp24 else 0
+    assert layer.metadata_nbytes == tc_bytes and (layer.tc_meta is not None) == sp24
     assert layer.bias.shape == (OUT,)
     # An empty layer is a valid all-zero weight.
     assert torch.equal(layer.to_dense(), torch.zeros(OUT, IN))
     assert torch.equal(layer(torch.randn(3, IN)), torch.zeros(3, OUT))
     assert [n for n, _ in layer.named_parameters()] == ["bias"]
-    assert sorted(n for n, _ in layer.named_buffers()) == ["indices", "values"]
+    tc = ["tc_meta"] if sp24 else []
+    assert sorted(n for n, _ in layer.named_buffers()) == sorted(["indices", "values"] + tc)
     assert list(layer.state_dict()) == ["bias", "values", "indices", "_extra_state"]
     layer.enable_col_info()
     assert layer.col_info.shape == (OUT // 128, IN // 64, 64) and layer.col_info.dtype == torch.uint8
     assert layer.packed_indices.shape == layer.indices.shape
-    assert sorted(n for n, _ in layer.named_buffers()) == ["col_info", "indices", "packed_indices", "values"]
+    assert sorted(n for n, _ in layer.named_buffers()) == sorted(["col_info", "indices", "packed_indices", "values"] + tc)
     assert list(layer.state_dict()) == ["bias", "values", "indices", "_extra_state"]
     assert layer.state_dict()["_extra_state"].tolist() == [1, N, M, L, IN, OUT]
     r = repr(layer)

@@ -1,6 +1,7 @@
 """GPU fuzz of nmspmm: random problems against fp64 references, and corrupted weights.
 
-    python tools/gpu_fuzz.py                      # 10,000 random configurations + corruption cases
+    python tools/gpu_fuzz.py                      # 10,000 random configurations (and as many 2:4
+                                                  # sparse tensor-core ones on sm_90) + corruption cases
     python tools/gpu_fuzz.py --cases 300 --small  # for compute-sanitizer (below)
     PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck \\
         python tools/gpu_fuzz.py --cases 300 --small
@@ -251,6 +252,41 @@ def run_random_case(i, rnd, gen, tally, kernels, cc, small):
               f"{desc} kernel={kernel} split_k={split_k} err/tol={ratio:.3g}")
 
 
+def run_sparse_tc_case(i, rnd, gen, tally, kernels, cc, small):
+    """2:4 on the sparse tensor cores (sm_90a): a random problem with in and out multiples of 8,
+    any L, a random sparse_tc kernel and split (1, 2, 4, 8), with or without the weight's tc_meta
+    (without it the call builds it), and the heuristic's plan on the same problem."""
+    stc = [kn for kn in kernels if kn.startswith("sparse_tc_")]
+    if DEVICE != "cuda" or cc != 90 or not stc:
+        return
+    L = rnd.choice([1, 1, 2, 4, 8, 16, 32, 64, 128])
+    m = rnd.choice([1, 2, 5, 16, 17, 33, 64, 100, 255, 256, 300] + ([] if small else [513, 1024, 2047]))
+    n = rnd.randint(1, 6 if small else 24) * max(8, L)
+    k = rnd.randint(2, 20 if small else 200) * 8
+    dtype = rnd.choice([torch.float16, torch.bfloat16])
+    indices = random_indices(gen, k // 4, n // L, 2, 4, DEVICE)
+    values = torch.randn(k // 2, n, device=DEVICE, generator=gen).to(dtype)
+    bias = torch.randn(n, device=DEVICE, generator=gen).to(dtype) if rnd.random() < 0.5 else None
+    x, layout = draw_x(rnd, m, k, dtype, gen)
+    tc_meta = ops.sparse_tc_meta(indices, 2, 4, L, k) if rnd.random() < 0.7 else None
+    ref, scale = reference(x, dense_of(values, indices, 2, 4, L, k), bias)
+    kernel = rnd.choice([kn for kn in stc if ("_bf16_" in kn) == (dtype == torch.bfloat16)])
+    split_k = rnd.choice([1, 1, 2, 4, 8])
+    desc = (f"case {i}: m={m} n={n} k={k} 2:4 L={L} {str(dtype)[6:]} {layout} bias={bias is not None} "
+            f"tc_meta={tc_meta is not None} kernel={kernel} split_k={split_k}")
+    for cat, run in (("sparse_tc: forced plan", lambda: ops.spmm_with_plan(x, values, indices, 2, 4, L, bias, None, None,
+                                                                             kernel, split_k, tc_meta)),
+                     ("sparse_tc: heuristic", lambda: ops.spmm(x, values, indices, 2, 4, L, bias, None, None, tc_meta))):
+        try:
+            y = run()
+        except RuntimeError as e:
+            tally.add(cat, "fail", note=f"{desc}: raised {str(e)[:200]}")
+            continue
+        sync_or_die(desc)
+        ok, ratio = check_close(y, ref, scale, dtype)
+        tally.add(cat, "pass" if ok else "fail", ratio, f"{desc} err/tol={ratio:.3g}")
+
+
 # ------------------------------------------------------------------------------ corruption cases
 def corrupt_indices(rnd, indices, N, M):
     """(corrupted copy, kind). "range": bytes >= M whose low bits keep the position (read as
@@ -476,6 +512,7 @@ def main():
     for i in range(a.cases):
         try:
             run_random_case(i, rnd, gen, tally, kernels, cc, a.small)
+            run_sparse_tc_case(i, rnd, gen, tally, kernels, cc, a.small)
         except SystemExit:
             raise
         except Exception as e:  # noqa: BLE001 (a Python error is a failed case, not a crash)

@@ -13,7 +13,9 @@ cases = [(1, 160, 96, 2, 4, 16), (2, 320, 224, 4, 32, 32), (5, 256, 192, 8, 32, 
          (67, 192, 128, 12, 32, 64), (130, 320, 256, 16, 64, 32), (33, 96, 64, 1, 4, 1),
          (9, 256, 1536, 4, 32, 32),  # several staged x chunks per block (staged decode)
          # the split-K decode family at L < 4: n % 4 != 0 (scalar loads), several x chunks, m < MR
-         (3, 37, 96, 2, 4, 1), (13, 38, 1536, 3, 8, 2), (5, 1000, 256, 4, 32, 8)]
+         (3, 37, 96, 2, 4, 1), (13, 38, 1536, 3, 8, 2), (5, 1000, 256, 4, 32, 8),
+         # 2:4 on the sparse tensor cores: every token tile with m, n and k tails, and L = 1, 2, 128
+         (70, 200, 136, 2, 4, 1), (300, 264, 520, 2, 4, 2), (4, 384, 1032, 2, 4, 128)]
 # The warp-specialized kernels also on a grid of more than one round (152 tiles of 128x256 with m and n
 # tails), where the tail variant computes whole tiles and splits only the last round's (on 132 SMs: 20).
 MULTI_ROUND = (1000, 4640, 512, 16, 32, 32)
@@ -33,10 +35,13 @@ for (m, n, k, N, M, L) in cases + [MULTI_ROUND]:
             continue
         if not nmspmm.kernel_supports(kernel, m, N, M, L, True, cc):
             continue
+        if family == "sparse_tc" and (n % 8 or k % 8):  # its tensor copies' alignment
+            continue
         # Tiled split 3 reduces in a cluster on sm_90, 16 through the workspace; the cluster decode
         # kernels also with a non-portable cluster of 16 blocks.
         splits = ((1,) if family == "generic" else (1, 2, 3) if family == "decode_splitk"
-                  else (1, 3, 8, 16) if family.startswith("decode_") else (1, 2, 3, 16))
+                  else (1, 3, 8, 16) if family.startswith("decode_") else (1, 2, 4, 8) if family == "sparse_tc"
+                  else (1, 2, 3, 16))
         info = nmspmm.kernel_info(kernel)
         dt = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[info.dtype]
         xk, vk, rk, tol = x, p.values, ref, 1e-5

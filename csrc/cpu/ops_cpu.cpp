@@ -197,10 +197,37 @@ static void check_col_info_data(const at::Tensor& col_info, const at::Tensor& pa
               ": packed_indices does not match indices (rebuild it with nmspmm.col_info(indices, N, M, L))");
 }
 
+// The sparse tensor cores' metadata of a 2:4 weight (docs/format.md): word [b, v] holds, in nibble
+// j, the two positions of window 8 b + j of vector v, (i0 & 3) | (i1 & 3) << 2; windows past the
+// last and vectors past the last (row padding to 16 bytes) hold 0x4, the pattern {0, 1}.
+at::Tensor sparse_tc_meta_cpu(const at::Tensor& indices, int64_t N, int64_t M, int64_t L, int64_t in_features) {
+  const int64_t out = check_sparse_tc_meta_args(indices, N, M, L, in_features);
+  const int64_t rows = tc_meta_rows(in_features), ld = tc_meta_ld(out, L), windows = in_features / 4;
+  const int64_t vectors = indices.size(1);
+  auto meta = at::empty({rows, ld}, indices.options().dtype(at::kInt));
+  const auto ic = indices.contiguous();
+  const uint8_t* ip = ic.data_ptr<uint8_t>();
+  auto* mp = reinterpret_cast<uint32_t*>(meta.data_ptr<int32_t>());
+  for (int64_t b = 0; b < rows; ++b)
+    for (int64_t v = 0; v < ld; ++v) {
+      uint32_t word = 0;
+      for (int64_t j = 0; j < 8; ++j) {
+        const int64_t g = 8 * b + j;
+        uint32_t nib = 0x4;
+        if (g < windows && v < vectors)
+          nib = (ip[(2 * g) * vectors + v] & 3u) | ((ip[(2 * g + 1) * vectors + v] & 3u) << 2);
+        word |= nib << (4 * j);
+      }
+      mp[b * ld + v] = word;
+    }
+  return meta;
+}
+
 at::Tensor spmm_cpu(const at::Tensor& x, const at::Tensor& values, const at::Tensor& indices,
                     int64_t N, int64_t M, int64_t L, const std::optional<at::Tensor>& bias,
                     const std::optional<at::Tensor>& col_info,
-                    const std::optional<at::Tensor>& packed_indices) {
+                    const std::optional<at::Tensor>& packed_indices,
+                    const std::optional<at::Tensor>& tc_meta) {
   const int64_t in = check_compressed(values, indices, N, M, L);
   check_spmm_inputs(x, values, bias, in);
   TORCH_CHECK(col_info.has_value() == packed_indices.has_value(),
@@ -208,6 +235,12 @@ at::Tensor spmm_cpu(const at::Tensor& x, const at::Tensor& values, const at::Ten
   if (col_info.has_value()) {
     check_col_info(*col_info, *packed_indices, indices, N, M, in, values.size(1));
     check_col_info_data(*col_info, *packed_indices, indices, N, M, L, "spmm");
+  }
+  if (tc_meta.has_value()) {
+    check_tc_meta(*tc_meta, indices, N, M, L, in, values.size(1));
+    TORCH_CHECK(at::equal(*tc_meta, sparse_tc_meta_cpu(indices, N, M, L, in)),
+                "nmspmm.spmm: tc_meta does not match indices (rebuild it with torch.ops.nmspmm.sparse_tc_meta(indices, 2, 4, L, "
+                "in_features))");
   }
   const int64_t out = values.size(1), m = spmm_rows(x);
   if (in == 0) return spmm_no_inputs(x, out, bias).reshape(spmm_out_shape(x, out));
@@ -238,13 +271,13 @@ at::Tensor spmm_with_plan_cpu(const at::Tensor& x, const at::Tensor& values,
                               const std::optional<at::Tensor>& bias,
                               const std::optional<at::Tensor>& col_info,
                               const std::optional<at::Tensor>& packed_indices, c10::string_view kernel,
-                              int64_t split_k) {
+                              int64_t split_k, const std::optional<at::Tensor>& tc_meta) {
   // The CPU computes the reference whatever the plan, but refuses the plans the CUDA binding
   // refuses (same rules, checks.h), so a test that passes here runs there.
   const int64_t in = check_compressed(values, indices, N, M, L);
   check_spmm_inputs(x, values, bias, in);
   check_plan(kernel, split_k, spmm_rows(x), N, M, L, col_info.has_value());
-  return spmm_cpu(x, values, indices, N, M, L, bias, col_info, packed_indices);
+  return spmm_cpu(x, values, indices, N, M, L, bias, col_info, packed_indices, tc_meta);
 }
 
 TORCH_LIBRARY_IMPL(nmspmm, CPU, m) {
@@ -252,6 +285,7 @@ TORCH_LIBRARY_IMPL(nmspmm, CPU, m) {
   m.impl("compress", &compress_cpu);
   m.impl("decompress", &decompress_cpu);
   m.impl("col_info", &col_info_cpu);
+  m.impl("sparse_tc_meta", &sparse_tc_meta_cpu);
   m.impl("spmm", &spmm_cpu);
   m.impl("spmm_with_plan", &spmm_with_plan_cpu);
 }

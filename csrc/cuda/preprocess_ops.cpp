@@ -15,6 +15,7 @@
 
 #include "../checks.h"
 #include "kernels/preprocess.h"
+#include "kernels/sparse_tc/meta.h"
 
 namespace nmspmm {
 
@@ -155,6 +156,19 @@ std::tuple<at::Tensor, at::Tensor> col_info_cuda(const at::Tensor& indices, int6
   return {cols, packed};
 }
 
+at::Tensor sparse_tc_meta_cuda(const at::Tensor& indices, int64_t N, int64_t M, int64_t L, int64_t in_features) {
+  const int64_t out = check_sparse_tc_meta_args(indices, N, M, L, in_features);
+  TORCH_CHECK(indices.is_cuda(), "nmspmm.sparse_tc_meta: indices must be a CUDA tensor here");
+  const c10::cuda::CUDAGuard guard(indices.device());
+  at::Tensor meta = at::empty({tc_meta_rows(in_features), tc_meta_ld(out, L)}, indices.options().dtype(at::kInt));
+  const at::Tensor ic = indices.contiguous();
+  const cudaError_t err = kernels::launch_sparse_tc_meta(ic.data_ptr<uint8_t>(), in_features, out, static_cast<int>(L),
+                                                         reinterpret_cast<uint32_t*>(meta.data_ptr<int32_t>()),
+                                                         meta.size(1), c10::cuda::getCurrentCUDAStream());
+  TORCH_CHECK(err == cudaSuccess, "nmspmm.sparse_tc_meta: kernel failed: ", cudaGetErrorString(err));
+  return meta;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(nmspmm, CUDA, m) {
@@ -162,6 +176,7 @@ TORCH_LIBRARY_IMPL(nmspmm, CUDA, m) {
   m.impl("compress", &compress_cuda);
   m.impl("decompress", &decompress_cuda);
   m.impl("col_info", &col_info_cuda);
+  m.impl("sparse_tc_meta", &sparse_tc_meta_cuda);
 }
 
 }  // namespace nmspmm

@@ -32,6 +32,10 @@ at::Tensor spmm_decode_splitk_half(const at::Tensor& x2, const at::Tensor& value
 at::Tensor spmm_half_prefill(const at::Tensor& x2, const at::Tensor& values, const at::Tensor& indices, int64_t N,
                              int64_t M, int64_t L, const std::optional<at::Tensor>& bias, bool dense, int split_k,
                              bool warp_specialized);
+// spmm_sparse_tc.cpp: the 2:4 plans on the sparse tensor cores (sparse_tc_*).
+at::Tensor spmm_sparse_tc(const at::Tensor& x2, const at::Tensor& values, const at::Tensor& indices, int64_t L,
+                          const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& tc_meta,
+                          Kernel kernel, int split_k);
 
 namespace {
 
@@ -184,7 +188,7 @@ at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const a
                           int64_t N, int64_t M, int64_t L, const std::optional<at::Tensor>& bias,
                           const std::optional<at::Tensor>& col_info,
                           const std::optional<at::Tensor>& packed_indices, c10::string_view forced_kernel,
-                          int64_t split_k, bool forced) {
+                          int64_t split_k, bool forced, const std::optional<at::Tensor>& tc_meta) {
   const int64_t in = check_compressed(values, indices, N, M, L);
   check_spmm_inputs(x, values, bias, in);
   TORCH_CHECK(values.is_cuda(), "nmspmm.spmm: values must be a CUDA tensor here");
@@ -192,6 +196,7 @@ at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const a
               "nmspmm.spmm: col_info and packed_indices must be given together");
   const bool has_col_info = col_info.has_value();
   if (has_col_info) check_col_info(*col_info, *packed_indices, indices, N, M, in, values.size(1));
+  if (tc_meta.has_value()) check_tc_meta(*tc_meta, indices, N, M, L, in, values.size(1));
   const c10::cuda::CUDAGuard guard(x.device());
 
   const int64_t out = values.size(1);
@@ -230,7 +235,9 @@ at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const a
     if (m == 0 || out == 0) return at::empty({m, out}, x.options()).reshape(out_shape);
     const KernelInfo& info = kernel_info(plan.kernel);
     at::Tensor y;
-    if (info.family == Family::kDecodeTc)
+    if (info.family == Family::kSparseTc)
+      y = spmm_sparse_tc(x2, values, indices, L, bias, tc_meta, plan.kernel, plan.split_k);
+    else if (info.family == Family::kDecodeTc)
       y = spmm_half_decode(x2, values, indices, N, M, L, bias, half_decode_config(plan.kernel), plan.split_k);
     else if (info.family == Family::kDecodeSplitK)  // the reduction overlaps its kernel's tail where fp32's does
       y = spmm_decode_splitk_half(x2, values, indices, N, M, L, bias, plan.split_k, clusters && ab_switches().overlap);
@@ -318,18 +325,18 @@ at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const a
 at::Tensor spmm_cuda(const at::Tensor& x, const at::Tensor& values, const at::Tensor& indices, int64_t N,
                      int64_t M, int64_t L, const std::optional<at::Tensor>& bias,
                      const std::optional<at::Tensor>& col_info,
-                     const std::optional<at::Tensor>& packed_indices) {
+                     const std::optional<at::Tensor>& packed_indices, const std::optional<at::Tensor>& tc_meta) {
   return spmm_cuda_impl(x, values, indices, N, M, L, bias, col_info, packed_indices, "", 1,
-                        /*forced=*/false);
+                        /*forced=*/false, tc_meta);
 }
 
 at::Tensor spmm_with_plan_cuda(const at::Tensor& x, const at::Tensor& values, const at::Tensor& indices,
                                int64_t N, int64_t M, int64_t L, const std::optional<at::Tensor>& bias,
                                const std::optional<at::Tensor>& col_info,
                                const std::optional<at::Tensor>& packed_indices, c10::string_view kernel,
-                               int64_t split_k) {
+                               int64_t split_k, const std::optional<at::Tensor>& tc_meta) {
   return spmm_cuda_impl(x, values, indices, N, M, L, bias, col_info, packed_indices, kernel, split_k,
-                        /*forced=*/true);
+                        /*forced=*/true, tc_meta);
 }
 
 }  // namespace

@@ -199,6 +199,7 @@ __global__ void __launch_bounds__(kThreads, MINB)
       mbar_wait(bar_full + 8 * s, (i / kStages) & 1);
       const uint32_t st = sbase + s * G::kStage;
       const uint32_t* meta = reinterpret_cast<const uint32_t*>(smem + s * G::kStage + G::kA + G::kB);
+      fence_accumulators(acc);
       wgmma_fence();
 #pragma unroll
       for (int step = 0; step < 2; ++step) {
@@ -211,7 +212,6 @@ __global__ void __launch_bounds__(kThreads, MINB)
         WgmmaSp<T, BN>::mma(da, db, acc, e);
       }
       wgmma_commit();
-      fence_accumulators(acc);
       wgmma_wait<1>();
       fence_accumulators(acc);
       // The wgmma of the previous stage has completed: release its buffers.
