@@ -468,6 +468,7 @@ struct SparseTcCost {
 constexpr SparseTcCost kSparseTcCosts[] = {
     {256, 1, 5.9, 0.51}, {128, 2, 3.4, 0.59}, {64, 1, 2.0, 0.31}, {16, 1, 1.5, 0.05}};
 constexpr double kSparseTcClusterUs = 0.6;  // per block of a split cluster: the on-chip sum
+constexpr double kSparseTcAloneFactor = 0.6;
 inline double sparse_tc_cost_us(int tile, int64_t m, int64_t n, int64_t k, int split, int num_sms) {
   const SparseTcCost* c = &kSparseTcCosts[0];
   for (const SparseTcCost& e : kSparseTcCosts)
@@ -476,8 +477,10 @@ inline double sparse_tc_cost_us(int tile, int64_t m, int64_t n, int64_t k, int s
   const int64_t blocks = static_cast<int64_t>((n + 127) / 128) * ((m + tile - 1) / tile) * split;
   const int64_t rounds = (blocks + sms * c->per_sm - 1) / (sms * c->per_sm);
   const int64_t kblocks = ((k + 63) / 64 + split - 1) / split;
+  // A two-per-SM tile alone on its SM (a grid of at most one block per SM) runs its stages faster.
+  const double kblock_us = c->per_sm > 1 && blocks <= sms ? kSparseTcAloneFactor * c->kblock_us : c->kblock_us;
   const double grid = static_cast<double>(rounds) *
-                      (c->fixed_us + static_cast<double>(kblocks) * c->kblock_us + (split > 1 ? kSparseTcClusterUs * split : 0.0));
+                      (c->fixed_us + static_cast<double>(kblocks) * kblock_us + (split > 1 ? kSparseTcClusterUs * split : 0.0));
   const double bytes = 1.125 * static_cast<double>(n) * static_cast<double>(k) +
                        2.0 * static_cast<double>(m) * static_cast<double>(k + n);
   const double streaming = blocks < 100 ? static_cast<double>(blocks) / 100.0 : 1.0;

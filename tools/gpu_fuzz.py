@@ -395,8 +395,10 @@ def run_non_finite_x_case(i, rnd, gen, tally, kernels, cc, small):
     product over the kept positions only (docs/format.md, "NaN and Inf in x")."""
     N, M, L, m, n, k, dtype, indices, values = draw_weight(rnd, gen, small)
     x = torch.randn(m, k, device=DEVICE, generator=gen).to(dtype)
-    bad = [(rnd.randrange(m), rnd.randrange(k), rnd.choice([math.nan, math.inf, -math.inf]))
-           for _ in range(rnd.randint(1, 4))]
+    # One value per position (a position drawn twice holds its last value, as x does).
+    bad = list({(rnd.randrange(m), rnd.randrange(k)): rnd.choice([math.nan, math.inf, -math.inf])
+                for _ in range(rnd.randint(1, 4))}.items())
+    bad = [(r, c, b) for (r, c), b in bad]
     dense = dense_of(values, indices, N, M, L, k)
     kept = dense_of(torch.ones_like(values), indices, N, M, L, k) != 0
     clean = x.clone()
