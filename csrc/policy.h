@@ -353,7 +353,12 @@ inline PlanCost plan_decode_tc(const Problem& pb, const Candidates& c) {
   const kernels::HalfDecodePlan d = kernels::half_decode_plan(pb.m, pb.n, pb.k, pb.N, pb.M, pb.num_sms > 0 ? pb.num_sms : 132);
   const Plan plan{half_decode_kernel(d.config, pb.dtype == DType::kBF16), d.split_k};
   if (!c.has(plan.kernel)) return kNoPlan;
-  return plan_cost(pb, plan, decode_cost_us(plan.kernel, pb.n, pb.k, pb.N, pb.M, pb.L) +
+  // Beyond m = 32 (the m-sweep's decode range on every layer) a block that stages the whole x
+  // slab, not the kept rows only, spends more on x than the streaming cost sees (H200 plan table,
+  // 2:4 at m = 64 on 4096 x 4096 and 1024 x 4096: 2.5-4.5x the m = 1 time).
+  const bool kept = plan.kernel == Kernel::kDecodeTcBF16Kept64 || plan.kernel == Kernel::kDecodeTcF16Kept64;
+  const double rows = pb.m > 32 && !kept ? static_cast<double>(pb.m) / 16.0 : 1.0;
+  return plan_cost(pb, plan, rows * decode_cost_us(plan.kernel, pb.n, pb.k, pb.N, pb.M, pb.L) +
                                  decode_rows_us(plan.kernel, pb.m, pb.n, pb.k, pb.N, pb.M, pb.L, plan.split_k));
 }
 
