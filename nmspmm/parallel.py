@@ -4,6 +4,7 @@
     dist.init_process_group("nccl")                # or "gloo" on the CPU; one process per rank
     nmspmm.sparsify_(model, 16, 32, 32)            # every rank builds the same full model
     nmspmm.parallelize_(model)                     # each rank keeps its shard of every block
+    model = nmspmm.parallel.from_pretrained(dir)   # or: each rank reads only its shard of a checkpoint
 
 Each attention block and each MLP is split over the ranks of one process group:
 
@@ -32,7 +33,7 @@ from torch import nn
 from .format import NMWeight
 from .nn import NMLinear, _spmm
 
-__all__ = ["parallelize_", "check_parallelizable", "ColumnParallelNMLinear", "RowParallelNMLinear"]
+__all__ = ["parallelize_", "check_parallelizable", "from_pretrained", "ColumnParallelNMLinear", "RowParallelNMLinear"]
 
 _ATTN_COLUMN = ("q_proj", "k_proj", "v_proj")
 _ATTN_ROW = "o_proj"
@@ -234,3 +235,143 @@ def parallelize_(model: nn.Module, mesh_or_group=None) -> nn.Module:
             setattr(block, row, new)
     model._nmspmm_tp = (rank, world)
     return model
+
+
+# ------------------------------------------------------------------------ sharded checkpoint load
+def _shard_plan(model: nn.Module, rank: int, world: int) -> dict:
+    """{fqn: ("column" | "row", lo, hi)} for every projection parallelize_ splits: the output
+    range of a column-parallel layer, the compressed-row range of a row-parallel one."""
+    plan = {}
+    attns, mlps = _blocks(model)
+    for blocks, columns, row in ((attns, _ATTN_COLUMN, _ATTN_ROW), (mlps, _MLP_COLUMN, _MLP_ROW)):
+        for fqn, block in blocks:
+            for name in columns:
+                mod = block._modules[name]
+                out = mod.out_features // world
+                plan[f"{fqn}.{name}"] = ("column", rank * out, (rank + 1) * out)
+            mod = block._modules[row]
+            rows = mod.in_features // world // mod.M * mod.N
+            plan[f"{fqn}.{row}"] = ("row", rank * rows, (rank + 1) * rows)
+    return plan
+
+
+def _empty_shard(mod: NMLinear, kind: str, world: int, group, rank: int) -> NMLinear:
+    if kind == "column":
+        shard = ColumnParallelNMLinear(mod.in_features, mod.out_features // world, mod.N, mod.M, mod.L,
+                                       bias=mod.bias is not None, device="cpu", dtype=mod.values.dtype)
+    else:
+        shard = RowParallelNMLinear(mod.in_features // world, mod.out_features, mod.N, mod.M, mod.L,
+                                    bias=mod.bias is not None, device="cpu", dtype=mod.values.dtype)
+        shard.tp_group = group
+    shard.tp_rank, shard.tp_world = rank, world
+    return shard
+
+
+def from_pretrained(directory: str, mesh_or_group=None, *, dtype: Optional[torch.dtype] = None,
+                    device=None, model_cls=None) -> nn.Module:
+    """Load an nmspmm checkpoint (``save_pretrained`` of a sparsified model, one or several
+    safetensors files) straight into this rank's tensor-parallel shard: the model of
+    :func:`parallelize_` on the full checkpoint, but each rank reads only its own slices of the
+    split projections (safetensors ``get_slice``) and no full sparse weight is built on any rank.
+    Embeddings, norms and lm_head are read whole (they stay replicated). Call it on every rank of
+    the group after ``init_process_group``; ``dtype`` casts the floating tensors, ``device`` moves
+    the model after loading. The checks of :func:`check_parallelizable` run before any tensor is
+    read."""
+    import json
+    import os
+
+    import torch.distributed as dist
+    from accelerate import init_empty_weights
+    from safetensors import safe_open
+
+    from . import hf
+
+    hf.check_transformers()
+    from transformers import AutoConfig
+
+    path = os.path.join(directory, "config.json")
+    raw = json.load(open(path)) if os.path.exists(path) else {}
+    qc = raw.get("quantization_config")
+    if not isinstance(qc, dict) or qc.get("quant_method") != hf.QUANT_METHOD:
+        raise ValueError(f"nmspmm.parallel.from_pretrained: {directory} is not an nmspmm checkpoint "
+                         "(config.json has no quantization_config with quant_method 'nmspmm')")
+    group = _resolve_group(mesh_or_group)
+    rank, world = dist.get_rank(group), dist.get_world_size(group)
+    config = AutoConfig.from_pretrained(directory)
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config  # the sparse layers are built here, not by the quantizer
+    if model_cls is None:
+        from transformers import AutoModelForCausalLM as model_cls
+    # Parameters on the meta device (nothing allocated), buffers (rotary tables) real.
+    with init_empty_weights(include_buffers=False):
+        model = model_cls.from_config(config, dtype=dtype or getattr(config, "dtype", None) or torch.float32)
+    model.eval()
+    for fqn, (N, M, L) in qc.get("layers", {}).items():
+        linear = model.get_submodule(fqn)
+        new = NMLinear(linear.in_features, linear.out_features, N, M, L, bias=linear.bias is not None,
+                       device="meta", dtype=linear.weight.dtype)
+        parent, _, leaf = fqn.rpartition(".")
+        setattr(model.get_submodule(parent) if parent else model, leaf, new)
+    check_parallelizable(model, world)
+    plan = _shard_plan(model, rank, world)
+    for fqn, (kind, _, _) in plan.items():
+        parent, _, leaf = fqn.rpartition(".")
+        owner = model.get_submodule(parent)
+        setattr(owner, leaf, _empty_shard(owner._modules[leaf], kind, world, group, rank))
+
+    files = sorted(os.path.join(directory, f) for f in os.listdir(directory) if f.endswith(".safetensors"))
+    if not files:
+        raise ValueError(f"nmspmm.parallel.from_pretrained: no .safetensors file in {directory}")
+    wanted = model.state_dict(keep_vars=True)
+    state = {}
+    for file in files:
+        with safe_open(file, "pt") as f:
+            for key in f.keys():
+                if key not in wanted:
+                    continue  # the zero-size dense-loader markers (<fqn>.weight) and tied copies
+                fqn, _, name = key.rpartition(".")
+                spec = plan.get(fqn)
+                if spec is None or name == "_extra_state":
+                    t = f.get_tensor(key)
+                    if name == "_extra_state" and spec is not None:
+                        layer = model.get_submodule(fqn)
+                        # The full layer's shape and pattern, checked; the shard keeps its own.
+                        full = t.tolist()
+                        expect = [1, layer.N, layer.M, layer.L]
+                        if full[:4] != expect:
+                            raise ValueError(f"nmspmm.parallel.from_pretrained: {key} is {full}, the layer "
+                                             f"is {layer.N}:{layer.M}:{layer.L}")
+                        t = layer.get_extra_state()
+                else:
+                    kind, lo, hi = spec
+                    part = f.get_slice(key)
+                    layer = model.get_submodule(fqn)
+                    if kind == "column" and name == "values":
+                        t = part[:, lo:hi]
+                    elif kind == "column" and name == "indices":
+                        t = part[:, lo // layer.L:hi // layer.L]
+                    elif kind == "column" and name == "bias":
+                        t = part[lo:hi]
+                    elif kind == "row" and name in ("values", "indices"):
+                        t = part[lo:hi]
+                    else:
+                        t = part[:]
+                    t = t.contiguous()
+                if dtype is not None and t.is_floating_point():
+                    t = t.to(dtype)
+                state[key] = t
+    missing = [k for k in wanted if k not in state and not k.endswith("lm_head.weight")]
+    if missing:
+        raise ValueError(f"nmspmm.parallel.from_pretrained: the checkpoint lacks {', '.join(missing[:8])}")
+    model.load_state_dict(state, strict=False, assign=True)
+    if "lm_head.weight" not in state and getattr(config, "tie_word_embeddings", False):
+        model.tie_weights()
+    for fqn, p in model.named_parameters():
+        if p.is_meta:
+            raise ValueError(f"nmspmm.parallel.from_pretrained: {fqn} was not loaded from the checkpoint")
+        p.requires_grad_(False)
+    for mod in model.modules():
+        if isinstance(mod, NMLinear):
+            mod.rebuild_metadata()
+    model._nmspmm_tp = (rank, world)
+    return model.to(device) if device is not None else model

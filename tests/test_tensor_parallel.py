@@ -1,5 +1,7 @@
 """nmspmm.parallelize_: a sparsified tiny Llama split over 2 gloo ranks on the CPU gives the
-single-process model's logits and greedy tokens; shapes that a shard would cut are refused."""
+single-process model's logits and greedy tokens; nmspmm.parallel.from_pretrained loads each rank's
+shard from a full checkpoint (one file or several) with the same logits; shapes that a shard would
+cut are refused."""
 import os
 import socket
 
@@ -125,3 +127,55 @@ def test_needs_initialized_process_group():
         pytest.skip("a process group is already initialized in this process")
     with pytest.raises(RuntimeError, match="torch.distributed is not initialized"):
         nmspmm.parallelize_(sparse_llama())
+
+
+def _load_worker(rank, port, directory, shard_size):
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    model = sparse_llama()  # the full single-process model (same seed on every rank)
+    ids = torch.randint(0, 512, (2, 10), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        expected = model(ids, use_cache=False).logits
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
+    try:
+        if rank == 0:
+            model.save_pretrained(directory, max_shard_size=shard_size)
+        dist.barrier()
+        files = [f for f in os.listdir(directory) if f.endswith(".safetensors")]
+        assert (len(files) > 1) == (shard_size != "1GB"), files
+        loaded = nmspmm.parallel.from_pretrained(directory)
+        attn, mlp = loaded.model.layers[1].self_attn, loaded.model.layers[1].mlp
+        assert isinstance(attn.q_proj, ColumnParallelNMLinear) and isinstance(mlp.down_proj, RowParallelNMLinear)
+        # Only this rank's slices: the shard's outputs / compressed rows, equal to the full layer's.
+        full_q, full_down = model.model.layers[1].self_attn.q_proj, model.model.layers[1].mlp.down_proj
+        out = full_q.out_features // WORLD
+        assert torch.equal(attn.q_proj.values, full_q.values[:, rank * out:(rank + 1) * out])
+        assert torch.equal(attn.q_proj.bias, full_q.bias[rank * out:(rank + 1) * out])
+        rows = full_down.values.shape[0] // WORLD
+        assert torch.equal(mlp.down_proj.indices, full_down.indices[rank * rows:(rank + 1) * rows])
+        assert torch.equal(mlp.down_proj.bias, full_down.bias)
+        with torch.no_grad():
+            got = loaded(ids, use_cache=False).logits
+        tol = 1e-5 * expected.abs().max().item()
+        err = (got - expected).abs().max().item()
+        assert err <= tol, f"rank {rank}: max |logits diff| {err} > {tol}"
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("shard_size", ["1GB", "200KB"], ids=["one-file", "sharded"])
+def test_two_rank_load_from_a_full_checkpoint(tmp_path, shard_size):
+    import torch.multiprocessing as mp
+
+    mp.spawn(_load_worker, args=(_free_port(), str(tmp_path / "ckpt"), shard_size), nprocs=WORLD, join=True)
+
+
+def test_load_refuses_a_dense_checkpoint(tmp_path):
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                         num_attention_heads=4, num_key_value_heads=2)
+    LlamaForCausalLM._from_config(config, dtype=torch.float32).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="is not an nmspmm checkpoint"):
+        nmspmm.parallel.from_pretrained(str(tmp_path))
