@@ -24,6 +24,7 @@
 // Element (row r, 16-byte chunk c) of a swizzled part lies at r * 128 + ((c ^ (r & 7)) << 4).
 #pragma once
 #include "cuda/kernels/half/spmm_tc_prefill.cuh"
+#include "cuda/kernels/device_cc.h"
 #include "cuda/kernels/mbarrier.cuh"
 
 namespace nmspmm {
@@ -284,19 +285,8 @@ template <typename T>
 cudaError_t launch_tma(const KernelArgs& ka, bool during_transpose, cudaStream_t stream) {
   const Geometry& g = ka.g;
   // Built for sm_90a only: on any other device the kernel body is empty.
-  constexpr int kMaxDevices = 64;
-  static int cc[kMaxDevices] = {};
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) return cudaErrorInvalidDevice;
-  if (cc[dev] == 0) {
-    int major = 0, minor = 0;
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
-      return cudaErrorInvalidDevice;
-    cc[dev] = major * 10 + minor;
-  }
+  if (current_device_cc() != 90) return cudaErrorInvalidDevice;
   constexpr int64_t kMaxCoord = 0x7fffffff;
-  if (cc[dev] != 90) return cudaErrorInvalidDevice;
   if (ka.L < 32 || g.s_pad > 64 || g.s_pad < 16 || g.stages < 2 || g.bkd > 256 || g.s > 256 ||
       ka.k > kMaxCoord || ka.m_pad > kMaxCoord || ka.n > kMaxCoord || ka.w > kMaxCoord)
     return cudaErrorInvalidValue;

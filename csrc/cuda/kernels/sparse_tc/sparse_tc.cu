@@ -3,6 +3,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "cuda/kernels/device_cc.h"
 #include "cuda/kernels/sparse_tc/sparse_tc.h"
 
 namespace nmspmm {
@@ -37,18 +38,7 @@ static cudaError_t launch_typed(const SparseTcParams& p, int tile_tokens, cudaSt
 }
 
 cudaError_t launch_sparse_tc(const SparseTcParams& p, int tile_tokens, cudaStream_t stream) {
-  constexpr int kMaxDevices = 64;
-  static int cc[kMaxDevices] = {};
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) return cudaErrorInvalidDevice;
-  if (cc[dev] == 0) {
-    int major = 0, minor = 0;
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
-      return cudaErrorInvalidDevice;
-    cc[dev] = major * 10 + minor;
-  }
-  if (cc[dev] != 90) return cudaErrorInvalidDevice;
+  if (current_device_cc() != 90) return cudaErrorInvalidDevice;  // the bodies are built for sm_90a only
   const auto aligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
   if (!sparse_tc_shape_ok(p.m, p.n, p.k, p.ldx, p.L) || !sparse_tc_tile_supported(tile_tokens) ||
       !(p.split_k == 1 || p.split_k == 2 || p.split_k == 4 || p.split_k == 8) || p.meta_ld < p.n / p.L ||
