@@ -90,8 +90,8 @@ inline void check_col_info(const at::Tensor& col_info, const at::Tensor& packed_
   (void)M;
 }
 
-// The 2:4 sparse tensor-core metadata (sparse_tc_meta): int32 [ceil(in / 32), round_up(out / L, 4)]
-// on the device of indices; only for N:M = 2:4.
+// The 2:4 sparse tensor-core metadata (sparse_tc_meta): int32 [ceil(in / 32), round_up(out / L, 4)],
+// contiguous, on the device of indices; only for N:M = 2:4.
 inline int64_t tc_meta_rows(int64_t in_features) { return (in_features + 31) / 32; }
 inline int64_t tc_meta_ld(int64_t out_features, int64_t L) { return (out_features / L + 3) / 4 * 4; }
 inline void check_tc_meta(const at::Tensor& tc_meta, const at::Tensor& indices, int64_t N, int64_t M, int64_t L,
@@ -106,6 +106,8 @@ inline void check_tc_meta(const at::Tensor& tc_meta, const at::Tensor& indices, 
               tc_meta.sizes());
   TORCH_CHECK(tc_meta.device() == indices.device(), "nmspmm.spmm: tc_meta must be on the device of indices (",
               indices.device(), "), got ", tc_meta.device());
+  TORCH_CHECK(tc_meta.is_contiguous(), "nmspmm.spmm: tc_meta must be contiguous (rows of ", ld,
+              " words, as sparse_tc_meta returns it), got strides ", tc_meta.strides());
 }
 
 // Arguments of sparse_tc_meta (every device); returns out_features.

@@ -142,6 +142,8 @@ def _check_tc_meta(op, tc_meta, indices, N, M, L, in_features, out_features):
                  lambda: f"nmspmm.spmm: tc_meta must be int32 of shape [{shape[0]}, {shape[1]}] (from "
                  f"torch.ops.nmspmm.sparse_tc_meta(indices, 2, 4, L, in_features)), got {tc_meta.dtype} {tuple(tc_meta.shape)}")
     _check_same_device(op, ("indices", indices), ("tc_meta", tc_meta))
+    torch._check(tc_meta.is_contiguous(), lambda: f"nmspmm.spmm: tc_meta must be contiguous (rows of {shape[1]} "
+                 f"words, as sparse_tc_meta returns it), got strides {tuple(tc_meta.stride())}")
 
 
 @torch.library.register_fake("nmspmm::sparse_tc_meta")

@@ -39,8 +39,8 @@ class NMWeight:
     col_info, packed_indices: derived packing metadata for the high-sparsity kernels (see
              ``nmspmm.col_info``); never a second source of truth, rebuilt on demand.
     tc_meta: for N:M = 2:4, the positions in the sparse tensor cores' form (int32
-             [ceil(in/32), round_up(out/L, 4)], ``nmspmm.sparse_tc_meta``), derived from indices;
-             ``compress`` attaches it. Without it a 2:4 call builds it for the call.
+             [ceil(in/32), round_up(out/L, 4)], ``torch.ops.nmspmm.sparse_tc_meta``), derived from
+             indices; ``compress`` attaches it. Without it a 2:4 call builds it for the call.
     """
 
     values: torch.Tensor
@@ -182,6 +182,11 @@ def _validate(w: "NMWeight") -> None:
                             f"{getattr(w.tc_meta, 'dtype', type(w.tc_meta).__name__)}")
         if w.tc_meta.device != w.values.device:
             raise ValueError(f"nmspmm.NMWeight: tc_meta is on {w.tc_meta.device} but values is on {w.values.device}")
+        want = ((inp + 31) // 32, (out // L + 3) // 4 * 4)
+        if tuple(w.tc_meta.shape) != want or not w.tc_meta.is_contiguous():
+            raise ValueError(f"nmspmm.NMWeight: tc_meta must be a contiguous [{want[0]}, {want[1]}] tensor for "
+                             f"shape {tuple(shape)} and L={L}, got {list(w.tc_meta.shape)} with strides "
+                             f"{tuple(w.tc_meta.stride())}")
     _check_device(w.values, "NMWeight.values")
     if w.indices.is_meta:
         return  # no data to check
@@ -197,7 +202,7 @@ def _validate(w: "NMWeight") -> None:
                              "nmspmm.col_info or NMWeight.with_col_info)")
     if w.tc_meta is not None:
         meta = ops.sparse_tc_meta(w.indices, N, M, L, inp)
-        if tuple(w.tc_meta.shape) != tuple(meta.shape) or not torch.equal(w.tc_meta, meta):
+        if not torch.equal(w.tc_meta, meta):
             raise ValueError("nmspmm.NMWeight: tc_meta does not match indices (rebuild it with "
                              "torch.ops.nmspmm.sparse_tc_meta)")
 
