@@ -321,13 +321,17 @@ class NMLinear(nn.Module):
 
     def _apply(self, fn, recurse=True):
         # nn.Module.to()/.half() only convert floating tensors, but .type() and custom fns convert
-        # everything: keep the uint8 index buffers uint8 (their values, < 256, survive any cast).
-        def keep_uint8(t):
+        # everything: keep the uint8 index buffers uint8 (their values, < 256, survive any cast) and
+        # the int32 tc_meta int32 (a float cast would lose bits of its words: it follows fn's device
+        # unconverted instead).
+        def keep_integer(t):
             r = fn(t)
             if t.dtype == torch.uint8 and isinstance(r, torch.Tensor) and r.dtype != torch.uint8:
                 r = r.to(torch.uint8)
+            elif t.dtype == torch.int32 and isinstance(r, torch.Tensor) and r.dtype != torch.int32:
+                r = t.to(r.device)
             return r
-        return super()._apply(keep_uint8, recurse)
+        return super()._apply(keep_integer, recurse)
 
     # ----------------------------------------------------------------------------------- compute
     def forward(self, x: torch.Tensor) -> torch.Tensor:
