@@ -253,6 +253,121 @@ def test_col_info_indices_rows_not_multiple_of_N(device):
 
 
 # ----------------------------------------------------------------------------------------------
+# tc_meta (2:4 only) and sparse_tc_meta
+
+
+def _tc_meta(device, L=16, inp=64, out=32):
+    """(x, values, indices, tc_meta) of a 2:4 weight [out, inp]; tc_meta is [ceil(inp/32), round_up(out/L, 4)]."""
+    _, _, values, indices = _packed(device, L=L, out=out, inp=inp)
+    return torch.randn(3, inp, device=device), values, indices, ops.sparse_tc_meta(indices, 2, 4, L, inp)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.uint8, torch.float32])
+def test_tc_meta_wrong_dtype(dtype, device):
+    x, values, indices, meta = _tc_meta(device)
+    msg = (r"nmspmm.spmm: tc_meta must be int32 of shape \[2, 4\] \(from torch.ops.nmspmm.sparse_tc_meta\("
+           r"indices, 2, 4, L, in_features\)\), got (Long|Byte|Float) \[2, 4\]")
+    with raises(msg):
+        ops.spmm(x, values, indices, 2, 4, 16, None, None, None, meta.to(dtype))
+    with raises(msg):
+        ops.spmm_with_plan(x, values, indices, 2, 4, 16, None, None, None, "generic_f32", 1, meta.to(dtype))
+
+
+@pytest.mark.parametrize("shape", [(2, 2), (1, 4), (2, 4, 1), (8,)], ids=str)
+def test_tc_meta_wrong_shape(shape, device):
+    # out / L = 2 vectors: the rows are padded to 4 words, and in = 64 is 2 rows of 32 inputs.
+    x, values, indices, _ = _tc_meta(device)
+    with raises(r"nmspmm.spmm: tc_meta must be int32 of shape \[2, 4\].*got Int \[" +
+                r", ".join(str(d) for d in shape) + r"\]"):
+        ops.spmm(x, values, indices, 2, 4, 16, None, None, None,
+                 torch.zeros(shape, dtype=torch.int32, device=device))
+
+
+def test_tc_meta_not_contiguous(device):
+    x, values, indices, meta = _tc_meta(device)
+    strided = meta.t().contiguous().t()  # same shape and values, column-major
+    assert torch.equal(strided, meta) and not strided.is_contiguous()
+    with raises(r"nmspmm.spmm: tc_meta must be contiguous \(rows of 4 words, as sparse_tc_meta returns it\)"):
+        ops.spmm(x, values, indices, 2, 4, 16, None, None, None, strided)
+    with raises(r"nmspmm.spmm: tc_meta must be contiguous"):
+        ops.spmm_with_plan(x, values, indices, 2, 4, 16, None, None, None, "generic_f32", 1, strided)
+
+
+@pytest.mark.parametrize("N,M", [(1, 4), (4, 8), (2, 8)])
+def test_tc_meta_for_another_pattern(N, M, device):
+    x, _, _, meta = _tc_meta(device)
+    _, _, values, indices = _packed(device, N=N, M=M)
+    with raises(rf"nmspmm.spmm: tc_meta is the metadata of 2:4 weights \(sparse_tc_meta\), but the pattern is {N}:{M}"):
+        ops.spmm(x, values, indices, N, M, 16, None, None, None, meta)
+
+
+def test_cpu_spmm_refuses_stale_tc_meta():
+    x, values, indices, meta = _tc_meta("cpu")
+    for stale in (meta ^ 0x1, torch.full_like(meta, 0x44444444)):
+        with raises(r"nmspmm.spmm: tc_meta does not match indices \(rebuild it with "
+                    r"torch.ops.nmspmm.sparse_tc_meta\(indices, 2, 4, L, in_features\)\)"):
+            ops.spmm(x, values, indices, 2, 4, 16, None, None, None, stale)
+    # The padding words are part of the content too.
+    padded = meta.clone()
+    padded[0, 3] = 0
+    with raises(r"nmspmm.spmm: tc_meta does not match indices"):
+        ops.spmm(x, values, indices, 2, 4, 16, None, None, None, padded)
+
+
+@pytest.mark.cuda
+def test_device_mismatch_tc_meta():
+    x, values, indices, meta = _tc_meta("cuda")
+    with raises(r"nmspmm.spmm: tc_meta must be on the device of indices \(cuda:0\), got cpu"):
+        ops.spmm(x, values, indices, 2, 4, 16, None, None, None, meta.cpu())
+
+
+SPARSE_TC_META_REFUSALS = [
+    pytest.param(dict(N=4, M=8), r"nmspmm.sparse_tc_meta: the sparse tensor-core metadata is for N:M = 2:4, "
+                 r"got N=4, M=8", id="pattern_4_8"),
+    pytest.param(dict(N=1, M=4), r"for N:M = 2:4, got N=1, M=4", id="pattern_1_4"),
+    pytest.param(dict(N=2, M=8), r"for N:M = 2:4, got N=2, M=8", id="pattern_2_8"),
+    pytest.param(dict(L=3), r"nmspmm.sparse_tc_meta: L must be a power of two in \[1, 128\], got L=3", id="L_3"),
+    pytest.param(dict(L=0), r"nmspmm.sparse_tc_meta: L must be a power of two in \[1, 128\], got L=0", id="L_0"),
+    pytest.param(dict(L=256), r"nmspmm.sparse_tc_meta: L must be a power of two in \[1, 128\], got L=256",
+                 id="L_256"),
+    pytest.param(dict(indices=lambda i: i.int()), r"nmspmm.sparse_tc_meta: indices must be a 2-D uint8 tensor, "
+                 r"got (Int|torch.int32)", id="indices_int32"),
+    pytest.param(dict(indices=lambda i: i.to(torch.int8)), r"indices must be a 2-D uint8 tensor, got (Char|torch.int8)",
+                 id="indices_int8"),
+    pytest.param(dict(indices=lambda i: i[None]), r"indices must be a 2-D uint8 tensor, got (Byte \[1, 32, 2\]|torch.uint8 \(1, 32, 2\))",
+                 id="indices_3d"),
+    pytest.param(dict(in_features=66), r"nmspmm.sparse_tc_meta: in_features must be a non-negative multiple of 4, "
+                 r"got 66", id="in_not_multiple_of_4"),
+    pytest.param(dict(in_features=-4), r"in_features must be a non-negative multiple of 4, got -4",
+                 id="in_negative"),
+    pytest.param(dict(in_features=128), r"nmspmm.sparse_tc_meta: indices must have in_features / 2 = 64 rows, "
+                 r"got 32", id="in_does_not_match_indices"),
+]
+
+
+@pytest.mark.parametrize("bad,match", SPARSE_TC_META_REFUSALS)
+def test_sparse_tc_meta_refused(bad, match, device):
+    _, _, _, indices = _packed(device)
+    args = {**dict(N=2, M=4, L=16, in_features=64, indices=lambda i: i), **bad}
+    with raises(match):
+        ops.sparse_tc_meta(args["indices"](indices), args["N"], args["M"], args["L"], args["in_features"])
+    with raises(match):  # the fake kernel refuses the same
+        ops.sparse_tc_meta(args["indices"](indices.to("meta")), args["N"], args["M"], args["L"],
+                           args["in_features"])
+
+
+def test_sparse_tc_meta_reads_any_index_bytes(device):
+    # Unlike col_info it validates no order or range: every byte is read as b & 3.
+    _, _, _, indices = _packed(device)
+    bad = indices.clone()
+    bad[0, 0], bad[1, 0] = 255, 4  # bytes past M, read as positions 3 and 0 (descending)
+    meta = ops.sparse_tc_meta(bad, 2, 4, 16, 64)
+    assert int(meta[0, 0].cpu()) & 0xF == 3 | (0 << 2)
+    bad[2, 0], bad[3, 0] = 6, 2  # both read as position 2
+    assert (int(ops.sparse_tc_meta(bad, 2, 4, 16, 64)[0, 0].cpu()) >> 4) & 0xF == 2 | (2 << 2)
+
+
+# ----------------------------------------------------------------------------------------------
 # content of the mask, the weight and the indices
 
 
@@ -518,6 +633,30 @@ def test_nmweight_refuses_stale_packing_metadata(device):
     assert w.col_info is cols
 
 
+def test_nmweight_refuses_bad_tc_meta(device):
+    _, _, values, indices = _packed(device)
+    meta = ops.sparse_tc_meta(indices, 2, 4, 16, 64)
+    with pytest.raises(ValueError, match=r"NMWeight: tc_meta does not match indices \(rebuild it with "
+                       r"torch.ops.nmspmm.sparse_tc_meta\)"):
+        nmspmm.NMWeight(values, indices, 2, 4, 16, (32, 64), tc_meta=meta ^ 0x4)
+    with pytest.raises(TypeError, match=r"NMWeight: tc_meta must be an int32 tensor, got torch.int64"):
+        nmspmm.NMWeight(values, indices, 2, 4, 16, (32, 64), tc_meta=meta.long())
+    with pytest.raises(TypeError, match=r"NMWeight: tc_meta must be an int32 tensor, got list"):
+        nmspmm.NMWeight(values, indices, 2, 4, 16, (32, 64), tc_meta=meta.tolist())
+    with pytest.raises(ValueError, match=r"NMWeight: tc_meta must be a contiguous \[2, 4\] tensor for shape "
+                       r"\(32, 64\) and L=16, got \[2, 2\]"):
+        nmspmm.NMWeight(values, indices, 2, 4, 16, (32, 64), tc_meta=meta[:, :2])
+    with pytest.raises(ValueError, match=r"NMWeight: tc_meta must be a contiguous \[2, 4\] tensor.*"
+                       r"got \[2, 4\] with strides \(1, 2\)"):
+        nmspmm.NMWeight(values, indices, 2, 4, 16, (32, 64), tc_meta=meta.t().contiguous().t())
+    with pytest.raises(ValueError, match=r"NMWeight: tc_meta is on meta but values is on"):
+        nmspmm.NMWeight(values, indices, 2, 4, 16, (32, 64), tc_meta=meta.to("meta"))
+    _, _, v8, i8 = _packed(device, N=4, M=8)
+    with pytest.raises(ValueError, match=r"NMWeight: tc_meta is the metadata of 2:4 weights, but the pattern is 4:8"):
+        nmspmm.NMWeight(v8, i8, 4, 8, 16, (32, 64), tc_meta=meta)
+    assert nmspmm.NMWeight(values, indices, 2, 4, 16, (32, 64), tc_meta=meta).tc_meta is meta
+
+
 @pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.float32, torch.bool])
 def test_nmweight_indices_wrong_dtype_not_cast(dtype):
     _, _, values, indices = _packed("cpu")
@@ -622,6 +761,31 @@ def test_fake_kernels_check_shapes_and_patterns():
         assert ops.compress(w, mask, 2, 4, 16)[1].shape == (32, 2)
 
 
+def test_fake_kernels_check_tc_meta():
+    meta_dev = torch.device("meta")
+    with meta_dev:
+        x = torch.empty(2, 64)
+        values = torch.empty(32, 32)
+        indices = torch.empty(32, 2, dtype=torch.uint8)
+        tc_meta = torch.empty(2, 4, dtype=torch.int32)
+        assert ops.sparse_tc_meta(indices, 2, 4, 16, 64).shape == (2, 4)
+        assert ops.sparse_tc_meta(torch.empty(50, 3, dtype=torch.uint8), 2, 4, 1, 100).shape == (4, 4)
+        assert ops.spmm(x, values, indices, 2, 4, 16, None, None, None, tc_meta).shape == (2, 32)
+        with raises(r"nmspmm.spmm: tc_meta must be int32 of shape \[2, 4\].*got torch.int64 \(2, 4\)"):
+            ops.spmm(x, values, indices, 2, 4, 16, None, None, None, tc_meta.long())
+        with raises(r"nmspmm.spmm: tc_meta must be int32 of shape \[2, 4\].*got torch.int32 \(2, 8\)"):
+            ops.spmm(x, values, indices, 2, 4, 16, None, None, None, torch.empty(2, 8, dtype=torch.int32))
+        with raises(r"nmspmm.spmm: tc_meta must be contiguous"):
+            ops.spmm(x, values, indices, 2, 4, 16, None, None, None, torch.empty(4, 2, dtype=torch.int32).t())
+        with raises(r"tc_meta is the metadata of 2:4 weights \(sparse_tc_meta\), but the pattern is 4:8"):
+            ops.spmm(x, values, indices, 4, 8, 16, None, None, None, tc_meta)
+    cpu = _tc_meta("cpu")
+    with raises(r"nmspmm.spmm: tc_meta is on meta but indices is on cpu"):
+        ops.spmm(*cpu[:3], 2, 4, 16, None, None, None, cpu[3].to(meta_dev))
+    with raises(r"nmspmm.spmm_with_plan: tc_meta is on meta but indices is on cpu"):
+        ops.spmm_with_plan(*cpu[:3], 2, 4, 16, None, None, None, "generic_f32", 1, cpu[3].to(meta_dev))
+
+
 def test_meta_layer_refuses_cpu_input():
     layer = nmspmm.NMLinear(64, 32, 2, 4, 16, device="meta")
     with raises(r"is on (cpu|meta) but"):
@@ -667,12 +831,13 @@ def test_nmlinear_zero_in_features_and_zero_rows(device):
 def _snapshot(layer):
     return {k: (t, None if t is None else t.clone()) for k, t in
             [("values", layer.values), ("indices", layer.indices), ("bias", layer.bias),
-             ("col_info", layer.col_info), ("packed_indices", layer.packed_indices)]}
+             ("col_info", layer.col_info), ("packed_indices", layer.packed_indices),
+             ("tc_meta", layer.tc_meta)]}
 
 
 def _assert_unchanged(layer, snap):
     now = {"values": layer.values, "indices": layer.indices, "bias": layer.bias,
-           "col_info": layer.col_info, "packed_indices": layer.packed_indices}
+           "col_info": layer.col_info, "packed_indices": layer.packed_indices, "tc_meta": layer.tc_meta}
     for k, (obj, copy) in snap.items():
         assert now[k] is obj, f"{k} was replaced"
         assert (copy is None) or torch.equal(now[k], copy), f"{k} was modified"

@@ -95,6 +95,47 @@ def test_opcheck_spmm(variant, dtype, device):
     opcheck(ops.spmm, args)
 
 
+@pytest.mark.parametrize("L,inp,out", [(1, 36, 24), (16, 64, 128), (128, 100, 256)])
+def test_opcheck_sparse_tc_meta(L, inp, out, device):
+    # in = 36, 100: a partial last row of windows; out / L = 24, 8, 2 vectors (2: padded to 4 words).
+    indices = torch.randint(0, 256, (inp // 2, out // L), dtype=torch.uint8, device=device)
+    opcheck(ops.sparse_tc_meta, (indices, 2, 4, L, inp))
+    opcheck(ops.sparse_tc_meta, (torch.cat([indices, indices], 1)[:, : out // L], 2, 4, L, inp))
+
+
+TC_META_VARIANTS = ["2d", "3d-bias", "1d-colinfo", "grad-x-bias"]
+
+
+@pytest.mark.parametrize("variant", TC_META_VARIANTS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_opcheck_spmm_tc_meta(variant, dtype, device):
+    N, M, L = 2, 4, 16
+    _, _, values, indices = _weight(128, 96, N, M, L, dtype, device)
+    meta = ops.sparse_tc_meta(indices, N, M, L, 96)
+    cols, packed = ops.col_info(indices, N, M, L)
+    bias = torch.randn(128, device=device).to(dtype)
+
+    def x(*shape):
+        return torch.randn(*shape, device=device).to(dtype)
+
+    args = {
+        "2d": (x(5, 96), values, indices, N, M, L, None, None, None, meta),
+        "3d-bias": (x(2, 3, 96), values, indices, N, M, L, bias, None, None, meta),
+        "1d-colinfo": (x(96), values, indices, N, M, L, None, cols, packed, meta),
+        "grad-x-bias": (x(4, 96).requires_grad_(), values, indices, N, M, L, bias.clone().requires_grad_(),
+                        None, None, meta),
+    }[variant]
+    opcheck(ops.spmm, args)
+
+
+def test_opcheck_spmm_with_plan_tc_meta(device):
+    N, M, L = 2, 4, 4
+    _, _, values, indices = _weight(64, 64, N, M, L, torch.float32, device)
+    meta = ops.sparse_tc_meta(indices, N, M, L, 64)
+    x = torch.randn(4, 64, device=device, requires_grad=True)
+    opcheck(ops.spmm_with_plan, (x, values, indices, N, M, L, None, None, None, "generic_f32", 1, meta))
+
+
 def test_opcheck_spmm_generic_pattern_with_grad(device):
     N, M, L = 1, 4, 1
     _, _, values, indices = _weight(32, 64, N, M, L, torch.float32, device)
