@@ -1,6 +1,8 @@
 """The metadata of the 2:4 sparse tensor-core kernels (``sparse_tc_meta``, docs/format.md "Sparse
 tensor-core metadata"): the op on every device against an independent plain-Python reference of the
 documented layout, its checks, and how it travels with a weight (NMWeight, NMLinear, spmm)."""
+import io
+
 import pytest
 import torch
 from torch.library import opcheck
@@ -42,7 +44,7 @@ def test_matches_the_documented_layout(L, inp, out, device, nm):
     assert torch.equal(meta.cpu(), reference_meta(indices, L, inp))
 
 
-@pytest.mark.parametrize("L,inp,out", CASES[:4])
+@pytest.mark.parametrize("L,inp,out", CASES)
 def test_any_index_bytes_are_masked(L, inp, out, device):
     # Index bytes are read as b & 3, on every device alike (no validation: the masking guarantee).
     indices = torch.randint(0, 256, (inp // 2, out // L), dtype=torch.uint8, device=device)
@@ -111,3 +113,178 @@ def test_weights_carry_it():
     x = torch.randn(3, 128)
     assert torch.equal(layer(x), other(x))
     assert nmspmm.NMLinear.from_packed(nmspmm.compress(w, 4, 8, 16)).tc_meta is None
+
+
+def reference_meta_torch(indices, L, in_features):
+    """The same layout from whole tensors (a second formulation, for larger shapes): the nibbles
+    [G, V] of the row pairs, padded with 0x4 to [8 * ceil(G / 8), round_up(V, 4)], then each group
+    of 8 windows shifted into one 32-bit word."""
+    idx = indices.cpu().long() & 3
+    nib = idx[0::2] | (idx[1::2] << 2)  # [G, V]
+    G, V = nib.shape
+    rows, ld = (in_features + 31) // 32, (V + 3) // 4 * 4
+    padded = torch.full((rows * 8, ld), 0x4, dtype=torch.int64)
+    padded[:G, :V] = nib
+    shifts = (4 * torch.arange(8, dtype=torch.int64))[None, :, None]
+    words = (padded.reshape(rows, 8, ld) << shifts).sum(1)
+    return torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)
+
+
+PAD_WORD = 0x44444444  # eight nibbles 0x4: positions {0, 1} (1145324612 as int32)
+
+
+@pytest.mark.parametrize("L,inp,out", CASES)
+def test_two_references_agree(L, inp, out):
+    indices = torch.randint(0, 256, (inp // 2, out // L), dtype=torch.uint8)
+    assert torch.equal(reference_meta_torch(indices, L, inp), reference_meta(indices, L, inp))
+
+
+@pytest.mark.parametrize("L,inp,out", [(1, 1028, 1030), (2, 4100, 520), (4, 2048, 1036), (32, 4132, 4096),
+                                       (128, 1000, 1152)])
+def test_larger_shapes(L, inp, out, device):
+    # in not / in a multiple of 32, V not / a multiple of 4, for every L of the list; corrupted bytes.
+    indices = torch.randint(0, 256, (inp // 2, out // L), dtype=torch.uint8, device=device)
+    meta = ops.sparse_tc_meta(indices, 2, 4, L, inp)
+    assert tuple(meta.shape) == ((inp + 31) // 32, (out // L + 3) // 4 * 4)
+    assert torch.equal(meta.cpu(), reference_meta_torch(indices, L, inp))
+
+
+def test_padding_words_and_nibbles(device):
+    # in = 36: 9 windows, so row 1 holds window 8 in nibble 0 and padding in nibbles 1..7;
+    # out / L = 6 vectors, so words 6 and 7 of each row are padding.
+    indices = torch.randint(0, 256, (18, 6), dtype=torch.uint8, device=device)
+    meta = ops.sparse_tc_meta(indices, 2, 4, 1, 36).cpu()
+    assert meta.shape == (2, 8)
+    assert (meta[:, 6:] == PAD_WORD).all() and PAD_WORD == 1145324612
+    for v in range(6):
+        i0, i1 = int(indices[16, v]) & 3, int(indices[17, v]) & 3
+        assert int(meta[1, v]) == 0x44444440 | i0 | (i1 << 2)
+    assert ops.sparse_tc_meta(indices[:0], 2, 4, 1, 0).shape == (0, 8)
+
+
+def test_the_worked_example_of_docs_format():
+    W = torch.tensor([[1., -3., 2., 0.5, 4., 0., -1., 2.],
+                      [2., 1., -2., 0., 3., 1., 0., -1.],
+                      [0., 2., 1., -4., 1., -1., 3., 0.],
+                      [1., -1., 0., 3., -2., 1., 2., 1.]])
+    packed = nmspmm.compress(W, 2, 4, 2)
+    # vector 0: windows (1, 2) and (0, 3); vector 1: (1, 3) and (0, 2); vectors 2, 3: padding.
+    assert [w & 0xFFFFFFFF for w in packed.tc_meta.flatten().tolist()] == \
+        [0x444444C9, 0x4444448D, PAD_WORD, PAD_WORD]
+    assert packed.nbytes() == 72 and packed.nbytes(with_metadata=True) == 88
+    assert packed.with_col_info().nbytes(with_metadata=True) == 160
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+def test_compress_attaches_it_for_every_dtype(dtype, device):
+    w = torch.randn(96, 72, device=device).to(dtype)
+    packed = nmspmm.compress(w, 2, 4, 4)
+    assert packed.tc_meta.dtype == torch.int32 and packed.tc_meta.device == packed.values.device
+    assert torch.equal(packed.tc_meta.cpu(), reference_meta(packed.indices, 4, 72))
+    moved = packed.to(dtype=torch.float32)
+    assert moved.tc_meta.dtype == torch.int32 and torch.equal(moved.tc_meta, packed.tc_meta)
+    on_meta = packed.to("meta")
+    assert on_meta.tc_meta.is_meta and on_meta.tc_meta.dtype == torch.int32
+    x = torch.randn(3, 72, device=device).to(dtype)
+    assert torch.equal(nmspmm.spmm(x, packed), ops.spmm(x, packed.values, packed.indices, 2, 4, 4))
+
+
+def test_spmm_with_plan_and_leading_dims(nm):
+    values, indices = nm.random_packed(128, 64, 2, 4, 16)
+    meta = ops.sparse_tc_meta(indices, 2, 4, 16, 64)
+    x, bias = torch.randn(2, 3, 64), torch.randn(128)
+    for kernel in ("generic_f32", "dense_expand_f32"):
+        assert torch.equal(ops.spmm_with_plan(x, values, indices, 2, 4, 16, bias, None, None, kernel, 1, meta),
+                           ops.spmm_with_plan(x, values, indices, 2, 4, 16, bias, None, None, kernel, 1))
+    cols, packed = ops.col_info(indices, 2, 4, 16)
+    assert torch.equal(ops.spmm(x, values, indices, 2, 4, 16, bias, cols, packed, meta),
+                       ops.spmm(x, values, indices, 2, 4, 16, bias))
+    with pytest.raises(RuntimeError, match="nmspmm.spmm: tc_meta does not match indices"):
+        ops.spmm_with_plan(x, values, indices, 2, 4, 16, bias, None, None, "generic_f32", 1, meta ^ 0x30)
+
+
+def test_autograd_with_it(nm):
+    values, indices = nm.random_packed(64, 96, 2, 4, 1)
+    meta = ops.sparse_tc_meta(indices, 2, 4, 1, 96)
+    x = torch.randn(4, 96, requires_grad=True)
+    bias = torch.randn(64, requires_grad=True)
+    g = torch.randn(4, 64)
+    ops.spmm(x, values, indices, 2, 4, 1, bias, None, None, meta).backward(g)
+    gx, gb = x.grad.clone(), bias.grad.clone()
+    dense = nm.ref_decompress(values, indices, 2, 4, 1)
+    torch.testing.assert_close(gx, g @ dense, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(gb, g.sum(0))
+    x.grad, bias.grad = None, None
+    ops.spmm_with_plan(x, values, indices, 2, 4, 1, bias, None, None, "generic_f32", 1, meta).backward(g)
+    assert torch.equal(x.grad, gx) and torch.equal(bias.grad, gb)
+
+
+def test_layer_save_load_round_trip_rebuilds_it():
+    layer = nmspmm.NMLinear.from_dense(torch.nn.Linear(96, 64), 2, 4, 2)
+    empty = nmspmm.NMLinear(96, 64, 2, 4, 2)
+    # An empty layer keeps positions {0, 1} everywhere: nibble 0x4 (= 0 | 1 << 2) in every word.
+    assert (empty.tc_meta == PAD_WORD).all()
+    buf = io.BytesIO()
+    torch.save(layer.state_dict(), buf)
+    buf.seek(0)
+    sd = torch.load(buf, weights_only=True)
+    assert "tc_meta" not in sd
+    empty.load_state_dict(sd)
+    assert torch.equal(empty.tc_meta, reference_meta(layer.indices, 2, 96))
+    x = torch.randn(3, 96)
+    assert torch.equal(empty(x), layer(x))
+    with pytest.raises(RuntimeError, match="Unexpected key.*tc_meta"):
+        empty.load_state_dict(dict(sd, tc_meta=layer.tc_meta))
+    with torch.device("meta"):
+        lazy = nmspmm.NMLinear(96, 64, 2, 4, 2)
+    assert lazy.tc_meta.is_meta
+    lazy.load_state_dict(sd, assign=True)
+    assert torch.equal(lazy.tc_meta, layer.tc_meta)
+
+
+def test_layer_keeps_it_through_moves_and_edits():
+    layer = nmspmm.NMLinear.from_dense(torch.nn.Linear(64, 32), 2, 4, 1)
+    ref = layer.tc_meta.clone()
+    for move in (lambda m: m.half(), lambda m: m.type(torch.float16), lambda m: m.double().float(),
+                 lambda m: m.to(torch.bfloat16)):
+        move(layer)
+        assert layer.tc_meta.dtype == torch.int32 and torch.equal(layer.tc_meta, ref)
+    x = torch.randn(2, 64).to(torch.bfloat16)
+    assert torch.equal(layer(x), ops.spmm(x, layer.values, layer.indices, 2, 4, 1, layer.bias.detach()))
+    # An in-place edit of the indices, then rebuild_metadata: the metadata follows.
+    with torch.no_grad():
+        layer.indices[0::2, 3], layer.indices[1::2, 3] = 0, 3
+    layer.rebuild_metadata()
+    assert torch.equal(layer.tc_meta, reference_meta(layer.indices, 1, 64)) and not torch.equal(layer.tc_meta, ref)
+    layer.enable_col_info()
+    cols, packed = ops.col_info(layer.indices, 2, 4, 1)
+    assert layer.metadata_nbytes == layer.tc_meta.numel() * 4 + cols.numel() + packed.numel()
+    layer.to("meta")
+    assert layer.tc_meta.is_meta and layer.tc_meta.dtype == torch.int32
+
+
+def test_tensor_parallel_shards_carry_their_own():
+    from nmspmm.parallel import _column_shard, _row_shard
+
+    layer = nmspmm.NMLinear.from_dense(torch.nn.Linear(128, 64), 2, 4, 4)
+    x = torch.randn(3, 128)
+    for rank in range(2):
+        col = _column_shard(layer, rank, 2)
+        assert torch.equal(col.tc_meta, reference_meta(col.indices, 4, 128))
+        row = _row_shard(layer, rank, 2, None)
+        assert torch.equal(row.tc_meta, reference_meta(row.indices, 4, 64))
+        assert torch.equal(col(x), layer(x)[:, rank * 32:(rank + 1) * 32])
+
+
+def test_compiled_2_4_layer_passes_it():
+    torch._dynamo.reset()
+    layer = nmspmm.NMLinear.from_dense(torch.nn.Linear(96, 64), 2, 4, 2)
+    explain = torch._dynamo.explain(layer)(torch.randn(4, 96))
+    assert explain.graph_break_count == 0, explain.break_reasons
+    compiled = torch.compile(layer, fullgraph=True, dynamic=True, backend="aot_eager")
+    for m in (3, 7):
+        x = torch.randn(m, 96, requires_grad=True)
+        y = compiled(x)
+        assert torch.equal(y, layer(x))
+        y.sum().backward()
+        torch.testing.assert_close(x.grad, layer.to_dense().sum(0).expand(m, 96), rtol=1e-5, atol=1e-5)
