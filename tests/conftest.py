@@ -9,6 +9,10 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# Inductor compiles in this process, without its worker pool: on torch 2.11 the pool can hold the
+# interpreter at exit for minutes after a cold start (pytorch/pytorch#162199), which stops an
+# xdist run after its last test.
+os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 
 import random  # noqa: E402
 import types  # noqa: E402

@@ -268,9 +268,8 @@ def test_heuristic_short_vectors():
 
 
 def test_heuristic_never_picks_packing_kernels():
-    # The packing kernels need col_info, which compress and NMLinear do not build; no committed
-    # measurement has them faster than the heuristic's plans (plan_sweep.csv times only the tiled and
-    # warp-packed kernels), so the heuristic does not pick them.
+    # The packing kernels need col_info, which compress and NMLinear do not build, and no committed
+    # measurement times them, so the heuristic does not pick them.
     for m, (N, M), L in itertools.product(MS, PATTERNS, (16, 32, 64, 128)):
         assert plan(m, 4096, 4096, N, M, L)[0] not in PACKED
 
