@@ -32,6 +32,7 @@ import shapes as S  # noqa: E402
 from common import (ClockSampler, Progress, collect_env, default_out_dir, log, set_tf32,  # noqa: E402
                     tf32_setting, write_csv, write_json)
 from report import format_summary, summarize  # noqa: E402
+from speed_of_light import SOL_COLUMNS, add_sol_columns  # noqa: E402
 
 DENSE_DTYPES = ("fp32", "tf32", "bf16", "fp16")
 SEMI_DTYPES = ("fp16", "bf16")
@@ -938,9 +939,10 @@ def main(argv=None) -> int:
             sampler.stop()
             env["clock_under_load"] = sampler.summary()
         env["wall_seconds"] = round(time.time() - t0, 1)
+        env["sol_tensor_tflops"] = add_sol_columns(runner.rows)  # each row's fraction of speed of light
         summary = summarize(runner.rows, env) if runner.rows else {}
         result = {"env": env, "settings": settings, "aborted": aborted, "summary": summary, "rows": runner.rows}
-        write_csv(os.path.join(out, "bench_spmm.csv"), runner.rows, CSV_COLUMNS)
+        write_csv(os.path.join(out, "bench_spmm.csv"), runner.rows, CSV_COLUMNS + SOL_COLUMNS)
         write_json(os.path.join(out, "bench_spmm.json"), result)
     if aborted:
         log("\n" + "!" * 100 + f"\nABORTED: {aborted}\npartial results written to {out}\n" + "!" * 100)
