@@ -332,7 +332,7 @@ def run_row(row: str, ctx: Context) -> dict:
     """Prune (and recover), evaluate; returns the CSV record."""
     import torch
     import nmspmm
-    from nmspmm import pruning
+    from nmspmm import pruning, recovery
     spec = parse_row(row)
     dev = ctx.device
     if dev.type == "cuda":
@@ -418,10 +418,10 @@ def run_row(row: str, ctx: Context) -> dict:
             torch.backends.cuda.matmul.allow_tf32 = ctx.tf32_recovery
             t0 = time.perf_counter()
             try:
-                losses = pruning.recover(model, teacher, batches, steps, lr=lr,
-                                         warmup=max(1, round(ctx.warmup * steps)) if ctx.warmup else 0,
-                                         max_grad_norm=ctx.max_grad_norm, masks=masks, progress=False,
-                                         log_every=max(1, steps // 8))
+                losses = recovery.recover(model, teacher, batches, steps, lr=lr,
+                                          warmup=max(1, round(ctx.warmup * steps)) if ctx.warmup else 0,
+                                          max_grad_norm=ctx.max_grad_norm, masks=masks, progress=False,
+                                          log_every=max(1, steps // 8))
                 _sync(dev)
             finally:
                 torch.backends.cuda.matmul.allow_tf32 = tf32

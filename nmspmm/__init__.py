@@ -24,7 +24,7 @@ from .format import NMWeight, col_info, compress, decompress, prune, spmm  # noq
 from .nn import NMLinear, sparsify_, sparsify_report  # noqa: E402
 from .parallel import parallelize_  # noqa: E402  (tensor parallelism, docs/llama.md)
 from .registry import kernel_info, kernel_supports, kernels, plan_candidates  # noqa: E402
-from . import permute, pruning  # noqa: E402  (calibrated pruning, permutations, recovery)
+from . import permute, pruning, recovery  # noqa: E402  (calibrated pruning, permutations, recovery)
 from . import hf  # noqa: E402  (registers the Hugging Face quantizer where transformers is installed)
 
 
@@ -45,6 +45,6 @@ def build_info() -> dict:
 __all__ = ["NMWeight", "prune", "compress", "decompress", "col_info", "spmm", "cuda_kernels_built",
            "build_info", "PACK_TILE_N", "PACK_K_BLOCK", "NMLinear", "sparsify_", "sparsify_report",
            "parallelize_",
-           "pruning", "permute", "kernels", "kernel_info", "kernel_supports",
+           "pruning", "recovery", "permute", "kernels", "kernel_info", "kernel_supports",
            "plan_candidates"]
 __version__ = _BUILD_INFO["version"] if _BUILD_INFO else "0.1.0"

@@ -32,7 +32,9 @@ import torch
 from torch import nn
 
 from ._ops import ops
+from . import pruning
 from .format import NMWeight, _check_device, _check_pattern, _trusted
+from .pruning import DEFAULT_TARGETS
 
 # The spmm overload itself: calling it skips the packet's per-call overload lookup.
 _spmm = ops.spmm.default
@@ -41,10 +43,6 @@ __all__ = ["NMLinear", "sparsify_", "sparsify_report", "SparsifyReport", "LayerR
            "DEFAULT_TARGETS", "sparse_metadata"]
 
 logger = logging.getLogger("nmspmm")
-
-# Leaf names of the projections swapped by default (HF Llama/Mistral/Qwen; PEFT's usual
-# target_modules). lm_head and embeddings are never swapped.
-DEFAULT_TARGETS = frozenset({"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"})
 
 _SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # Key under which NMLinear records its pattern in the state dict's per-module metadata
@@ -471,7 +469,7 @@ def sparsify_(model: nn.Module, N: int, M: int, L: int,
     pattern of None keeps that layer dense. Other keyword arguments go to
     ``nmspmm.pruning.prune_linears`` (sequential, permute, blocksize, percdamp, device, progress).
     """
-    from . import hf, pruning
+    from . import hf
     _check_pattern(N, M, L)
     transformers = sys.modules.get("transformers")
     hf_model = transformers is not None and isinstance(model, transformers.PreTrainedModel)

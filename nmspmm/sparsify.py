@@ -16,7 +16,7 @@ MODEL is a local directory holding a transformers checkpoint and its tokenizer, 
 3. measures the dense model's perplexity, prunes with ``nmspmm.sparsify_`` (calibrated: SparseGPT by
    default, layer by layer on the pruned model's activations), measures again;
 4. with ``--recover-tokens T``, distils the kept values from the dense model
-   (``nmspmm.pruning.recover``: T tokens of the calibration text in steps of ``--batch`` windows of
+   (``nmspmm.recovery.recover``: T tokens of the calibration text in steps of ``--batch`` windows of
    ``--seq`` tokens, Adam at peak lr ``--lr`` with 5 % linear warm-up, cosine decay and gradient
    clipping at 1.0, the recipe of docs/pruning.md) and measures a third time;
 5. saves with ``model.save_pretrained(OUT_DIR)`` and the tokenizer, so that
@@ -444,7 +444,7 @@ def run(args) -> dict:
         _log(f"recovering on {args.recover_tokens} tokens ({steps} steps of up to {args.batch} x {seq}, "
              f"peak lr {args.lr:g})")
         t0 = time.perf_counter()
-        losses = nmspmm.pruning.recover(model, teacher, rec_batches, steps, lr=args.lr, warmup=warmup,
+        losses = nmspmm.recovery.recover(model, teacher, rec_batches, steps, lr=args.lr, warmup=warmup,
                                         max_grad_norm=MAX_GRAD_NORM, progress=progress)
         if device.type == "cuda":
             torch.cuda.synchronize(device)

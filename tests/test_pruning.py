@@ -15,7 +15,7 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 import nmspmm  # noqa: E402
-from nmspmm import NMLinear, pruning  # noqa: E402
+from nmspmm import NMLinear, pruning, recovery  # noqa: E402
 from nmspmm import permute as P  # noqa: E402
 from conftest import ref_pruned_dense64  # noqa: E402
 
@@ -247,7 +247,7 @@ def test_values_gradient_matches_dense_masked_autograd(N, M, L, bias):
     b = torch.randn(out, generator=g, requires_grad=True) if bias else None
     gy = torch.randn(3, 5, out, generator=g)
     values = packed.values.clone().requires_grad_(True)
-    y = pruning.spmm_trainable(x, values, packed.indices, N, M, L, b)
+    y = recovery.spmm_trainable(x, values, packed.indices, N, M, L, b)
     grads = torch.autograd.grad(y, [x, values] + ([b] if bias else []), gy)
     # Reference: float64 dense masked weight, torch autograd.
     Wd = (W.double() * mask).requires_grad_(True)
@@ -276,7 +276,7 @@ def test_recover_reduces_distillation_loss_and_keeps_mask():
               if isinstance(m, NMLinear)}
     norm_w = student.model.norm.weight.clone()
     data = calib(2, 32, seed=6)
-    losses = pruning.recover(student, teacher, data, steps=12, lr=3e-3, progress=False)
+    losses = recovery.recover(student, teacher, data, steps=12, lr=3e-3, progress=False)
     assert len(losses) == 12 and losses[-1] < 0.7 * losses[0], losses
     for n, m in student.named_modules():
         if isinstance(m, NMLinear):
@@ -378,3 +378,22 @@ def test_allocate_patterns_spares_the_sensitive_layer_and_feeds_sparsify():
     for n, m in model.named_modules():
         if isinstance(m, NMLinear):
             assert (m.N, m.M, m.L) == pats[n]
+
+
+def test_pruning_does_not_import_the_layers_built_on_it():
+    # nmspmm.nn (NMLinear, sparsify_) and nmspmm.recovery build on nmspmm.pruning; an import back
+    # would make the modules' load order matter again.
+    import ast
+    src = open(pruning.__file__).read()
+    above = {"nn", "recovery", "hf", "parallel", "sparsify", "demo"}
+    found = []
+    for node in ast.walk(ast.parse(src)):
+        if isinstance(node, ast.ImportFrom) and node.level >= 1:
+            names = [node.module] if node.module else [a.name for a in node.names]
+            found += [n for n in names if n.split(".")[0] in above]
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            mod = node.module if isinstance(node, ast.ImportFrom) else None
+            names = [mod] if mod else [a.name for a in node.names]
+            found += [n for n in names if n and n.startswith("nmspmm.") and n.split(".")[1] in above]
+    assert found == [], found
+    assert recovery.recover.__module__ == "nmspmm.recovery"

@@ -16,7 +16,7 @@ import transformers  # noqa: E402,F401  (a test dependency: its absence is an er
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
 import quality as Q  # noqa: E402
 
-from nmspmm import pruning  # noqa: E402
+from nmspmm import pruning, recovery  # noqa: E402
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
@@ -134,7 +134,7 @@ def test_recover_masked_dense_keeps_zeros_and_lowers_loss():
     layers = Q.target_layers(student, 8, 32, 16, None)
     masks, _ = pruning.prune_linears(student, layers, "magnitude")
     data = text_windows(4)
-    losses = pruning.recover(student, teacher, data, steps=12, lr=3e-3, warmup=3, max_grad_norm=1.0,
+    losses = recovery.recover(student, teacher, data, steps=12, lr=3e-3, warmup=3, max_grad_norm=1.0,
                              masks=masks, progress=False)
     assert len(losses) == 12 and losses[-1] < 0.7 * losses[0], losses
     mods = dict(student.named_modules())
@@ -143,4 +143,4 @@ def test_recover_masked_dense_keeps_zeros_and_lowers_loss():
     assert all(p.requires_grad for p in student.parameters())
     with pytest.raises(ValueError, match="outside its mask"):
         bad = {k: ~v for k, v in masks.items()}
-        pruning.recover(student, teacher, data, steps=1, masks=bad, progress=False)
+        recovery.recover(student, teacher, data, steps=1, masks=bad, progress=False)
