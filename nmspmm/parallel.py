@@ -18,6 +18,16 @@ Each attention block and each MLP is split over the ranks of one process group:
   (``torch.distributed._functional_collectives.all_reduce``, traceable by ``torch.compile``), and
   the bias is added once, after the reduction.
 
+The same split is available as ``torch.distributed.tensor.parallel`` styles for
+``parallelize_module``: :class:`NMColwiseParallel` and :class:`NMRowwiseParallel` turn one
+:class:`~nmspmm.NMLinear` into its shard in place, and :func:`llama_tp_plan` is the plan that
+``parallelize_`` applies (q/k/v, gate/up column-wise; o, down row-wise)::
+
+    from torch.distributed.tensor.parallel import parallelize_module
+    mesh = torch.distributed.device_mesh.init_device_mesh("cuda", (2,))
+    nmspmm.parallel.check_parallelizable(model, 2)   # the styles check one layer at a time
+    parallelize_module(model, mesh, nmspmm.parallel.llama_tp_plan())
+
 So each attention block and each MLP costs one all-reduce of the hidden state. Attention is split
 by heads: every rank keeps ``num_attention_heads/W`` query heads and ``num_key_value_heads/W``
 key/value heads, and the attention module's reshapes (``view(..., -1, head_dim)``) and its
@@ -33,7 +43,13 @@ from torch import nn
 from .format import NMWeight
 from .nn import NMLinear, _spmm
 
-__all__ = ["parallelize_", "check_parallelizable", "from_pretrained", "ColumnParallelNMLinear", "RowParallelNMLinear"]
+try:
+    from torch.distributed.tensor.parallel import ParallelStyle as _ParallelStyle
+except ImportError:  # a torch built without torch.distributed: the styles cannot be applied
+    _ParallelStyle = object
+
+__all__ = ["parallelize_", "check_parallelizable", "from_pretrained", "ColumnParallelNMLinear", "RowParallelNMLinear",
+           "NMColwiseParallel", "NMRowwiseParallel", "llama_tp_plan"]
 
 _ATTN_COLUMN = ("q_proj", "k_proj", "v_proj")
 _ATTN_ROW = "o_proj"
@@ -221,20 +237,82 @@ def parallelize_(model: nn.Module, mesh_or_group=None) -> nn.Module:
     for blocks, columns, row in ((attns, _ATTN_COLUMN, _ATTN_ROW), (mlps, _MLP_COLUMN, _MLP_ROW)):
         for _, block in blocks:
             for name in columns:
-                old = block._modules[name]
-                new = _column_shard(old, rank, world)
-                if getattr(old, "_with_col_info", False):
-                    new.enable_col_info()
-                new.train(old.training)
-                setattr(block, name, new)
-            old = block._modules[row]
-            new = _row_shard(old, rank, world, group)
-            if getattr(old, "_with_col_info", False):
-                new.enable_col_info()
-            new.train(old.training)
-            setattr(block, row, new)
+                setattr(block, name, _shard_layer(block._modules[name], "column", rank, world, group))
+            setattr(block, row, _shard_layer(block._modules[row], "row", rank, world, group))
     model._nmspmm_tp = (rank, world)
     return model
+
+
+def _shard_layer(old: NMLinear, kind: str, rank: int, world: int, group) -> NMLinear:
+    new = _column_shard(old, rank, world) if kind == "column" else _row_shard(old, rank, world, group)
+    if getattr(old, "_with_col_info", False):
+        new.enable_col_info()
+    new.train(old.training)
+    return new
+
+
+# ------------------------------------------------------------------ torch.distributed.tensor.parallel
+class _NMStyle(_ParallelStyle):
+    """Shared part of the two styles: ``_apply(module, device_mesh)`` turns ``module`` (an
+    :class:`~nmspmm.NMLinear` with the full weight, identical on every rank) into this rank's shard
+    in place, so ``parallelize_module``'s plan dictionaries (which keep the module object) work."""
+
+    kind = ""
+
+    def _apply(self, module: nn.Module, device_mesh) -> nn.Module:
+        import torch.distributed as dist
+
+        name = type(self).__name__
+        if isinstance(module, (ColumnParallelNMLinear, RowParallelNMLinear)):
+            raise ValueError(f"nmspmm.{name}: the layer is already tensor-parallel ({type(module).__name__})")
+        if not isinstance(module, NMLinear):
+            raise ValueError(f"nmspmm.{name}: expects an NMLinear, got a {type(module).__name__} (use torch's "
+                             f"ColwiseParallel / RowwiseParallel for dense layers)")
+        group = _resolve_group(device_mesh)
+        rank, world = dist.get_rank(group), dist.get_world_size(group)
+        if self.kind == "column" and module.out_features % (world * module.L):
+            raise ValueError(f"nmspmm.{name}: out_features={module.out_features} is not divisible by world_size "
+                             f"x L = {world} x {module.L} (a shard would cut an L-vector)")
+        if self.kind == "row" and module.in_features % (world * module.M):
+            raise ValueError(f"nmspmm.{name}: in_features={module.in_features} is not divisible by world_size "
+                             f"x M = {world} x {module.M} (a shard would cut an M-window)")
+        with torch.no_grad():
+            shard = _shard_layer(module, self.kind, rank, world, group)
+        # The plan keeps the module object: it becomes the shard (class, parameters, buffers).
+        module.__class__ = type(shard)
+        module.__dict__.clear()
+        module.__dict__.update(shard.__dict__)
+        return module
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+class NMColwiseParallel(_NMStyle):
+    """``parallelize_module`` style: this rank keeps outputs ``[r*out/W, (r+1)*out/W)`` (whole
+    L-vectors) of an NMLinear; input replicated, output sharded on the last dimension, as local
+    tensors (``ColwiseParallel`` with ``use_local_output=True``). No communication."""
+
+    kind = "column"
+
+
+class NMRowwiseParallel(_NMStyle):
+    """``parallelize_module`` style: this rank keeps inputs ``[r*in/W, (r+1)*in/W)`` (whole
+    M-windows) of an NMLinear; input sharded on the last dimension, partial products summed by one
+    all-reduce and the bias added once; a replicated local output (``RowwiseParallel``)."""
+
+    kind = "row"
+
+
+def llama_tp_plan(prefix: str = "model.layers.*") -> dict:
+    """The ``parallelize_module`` plan of :func:`parallelize_` for a Hugging Face Llama-style
+    model: q/k/v and gate/up with :class:`NMColwiseParallel`, o and down with
+    :class:`NMRowwiseParallel`, under ``prefix`` (the decoder layers)."""
+    plan = {f"{prefix}.self_attn.{n}": NMColwiseParallel() for n in _ATTN_COLUMN}
+    plan[f"{prefix}.self_attn.{_ATTN_ROW}"] = NMRowwiseParallel()
+    plan.update({f"{prefix}.mlp.{n}": NMColwiseParallel() for n in _MLP_COLUMN})
+    plan[f"{prefix}.mlp.{_MLP_ROW}"] = NMRowwiseParallel()
+    return plan
 
 
 # ------------------------------------------------------------------------ sharded checkpoint load

@@ -179,3 +179,53 @@ def test_load_refuses_a_dense_checkpoint(tmp_path):
     LlamaForCausalLM._from_config(config, dtype=torch.float32).save_pretrained(tmp_path)
     with pytest.raises(ValueError, match="is not an nmspmm checkpoint"):
         nmspmm.parallel.from_pretrained(str(tmp_path))
+
+
+def _styles_worker(rank, port):
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    from nmspmm.parallel import NMColwiseParallel, NMRowwiseParallel, llama_tp_plan
+
+    torch.set_num_threads(1)
+    model = sparse_llama()
+    ids = torch.randint(0, 512, (2, 10), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        expected = model(ids, use_cache=False).logits
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
+    try:
+        mesh = init_device_mesh("cpu", (WORLD,))
+        q_before = model.model.layers[0].self_attn.q_proj
+        full_values = q_before.values.clone()
+        parallelize_module(model, mesh, llama_tp_plan())
+        attn, mlp = model.model.layers[1].self_attn, model.model.layers[1].mlp
+        # The plan keeps the module objects: they became the shards.
+        assert model.model.layers[0].self_attn.q_proj is q_before
+        assert isinstance(q_before, ColumnParallelNMLinear) and q_before.tp_rank == rank
+        lo = rank * 256 // WORLD
+        assert torch.equal(q_before.values, full_values[:, lo:lo + 256 // WORLD])
+        for proj in (attn.k_proj, attn.v_proj, mlp.gate_proj, mlp.up_proj):
+            assert isinstance(proj, ColumnParallelNMLinear)
+        assert isinstance(attn.o_proj, RowParallelNMLinear) and isinstance(mlp.down_proj, RowParallelNMLinear)
+        with torch.no_grad():
+            got = model(ids, use_cache=False).logits
+        tol = 1e-5 * expected.abs().max().item()
+        err = (got - expected).abs().max().item()
+        assert err <= tol, f"rank {rank}: max |logits diff| {err} > {tol}"
+        # Refusals: a layer already split, a dense layer, a shard that would cut an L-vector.
+        with pytest.raises(ValueError, match="already tensor-parallel"):
+            parallelize_module(attn.q_proj, mesh, NMColwiseParallel())
+        with pytest.raises(ValueError, match="expects an NMLinear, got a Linear"):
+            parallelize_module(torch.nn.Linear(64, 64), mesh, NMRowwiseParallel())
+        odd = nmspmm.NMLinear.from_dense(torch.nn.Linear(64, 64), 2, 4, 64)
+        with pytest.raises(ValueError, match=r"out_features=64 is not divisible by world_size x L = 2 x 64"):
+            parallelize_module(odd, mesh, NMColwiseParallel())
+    finally:
+        dist.destroy_process_group()
+
+
+def test_two_rank_parallelize_module_styles():
+    import torch.multiprocessing as mp
+
+    mp.spawn(_styles_worker, args=(_free_port(),), nprocs=WORLD, join=True)
