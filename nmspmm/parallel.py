@@ -28,7 +28,9 @@ The same split is available as ``torch.distributed.tensor.parallel`` styles for
     nmspmm.parallel.check_parallelizable(model, 2)   # the styles check one layer at a time
     parallelize_module(model, mesh, nmspmm.parallel.llama_tp_plan())
 
-So each attention block and each MLP costs one all-reduce of the hidden state. Attention is split
+So each attention block and each MLP costs one all-reduce of the hidden state in the forward, and
+with gradients one more in the backward (Megatron's f and g: the column-parallel layers sum their
+input gradient over the ranks; the row-parallel reduction passes its gradient through). Attention is split
 by heads: every rank keeps ``num_attention_heads/W`` query heads and ``num_key_value_heads/W``
 key/value heads, and the attention module's reshapes (``view(..., -1, head_dim)``) and its
 ``num_key_value_groups`` stay valid unchanged. Embeddings, norms and lm_head stay replicated.
@@ -57,12 +59,53 @@ _MLP_COLUMN = ("gate_proj", "up_proj")
 _MLP_ROW = "down_proj"
 
 
+def _all_reduce(t: torch.Tensor, group) -> torch.Tensor:
+    from torch.distributed import _functional_collectives as funcol
+
+    y = funcol.all_reduce(t, "sum", group)
+    return y.wait() if isinstance(y, funcol.AsyncCollectiveTensor) else y
+
+
+class _CopyToParallel(torch.autograd.Function):
+    """Megatron's f: identity forward; the backward sums the input gradient over the ranks (each
+    column shard contributes the gradient of its own outputs)."""
+
+    @staticmethod
+    def forward(ctx, x, group):
+        ctx.group = group
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _all_reduce(grad.contiguous(), ctx.group), None
+
+
+class _ReduceFromParallel(torch.autograd.Function):
+    """Megatron's g: sums the partial products over the ranks; identity backward, because every
+    rank holds the same (replicated) output and loss."""
+
+    @staticmethod
+    def forward(ctx, y, group):
+        return _all_reduce(y, group)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None
+
+
 class ColumnParallelNMLinear(NMLinear):
     """An :class:`NMLinear` holding one rank's slice of the outputs of a column-parallel layer
-    (``out_features`` is the local count). Its forward is NMLinear's: no communication."""
+    (``out_features`` is the local count). Its forward is NMLinear's: no communication. With
+    gradients enabled, the input's gradient is summed over ``tp_group`` in the backward."""
 
     tp_rank: int = 0
     tp_world: int = 1
+    tp_group = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.is_grad_enabled() and self.tp_world > 1 and x.requires_grad:
+            x = _CopyToParallel.apply(x, self.tp_group)
+        return super().forward(x)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, tp=column {self.tp_rank}/{self.tp_world}"
@@ -71,7 +114,9 @@ class ColumnParallelNMLinear(NMLinear):
 class RowParallelNMLinear(NMLinear):
     """An :class:`NMLinear` holding one rank's slice of the inputs of a row-parallel layer
     (``in_features`` is the local count, ``out_features`` the full one). Forward computes the
-    local partial product, all-reduces it (sum) over ``tp_group`` and then adds the full bias."""
+    local partial product, all-reduces it (sum) over ``tp_group`` and then adds the full bias. With
+    gradients enabled the reduction's backward is the identity (Megatron's g): every rank holds the
+    same output and loss."""
 
     tp_rank: int = 0
     tp_world: int = 1
@@ -90,7 +135,10 @@ class RowParallelNMLinear(NMLinear):
         # No bias in the partial products: it would be summed W times.
         y = _spmm(x, values, buffers["indices"], self.N, self.M, self.L, None,
                   buffers["col_info"], buffers["packed_indices"], buffers["tc_meta"])
-        y = funcol.all_reduce(y, "sum", self.tp_group)
+        if torch.is_grad_enabled() and y.requires_grad:
+            y = _ReduceFromParallel.apply(y, self.tp_group)
+        else:
+            y = funcol.all_reduce(y, "sum", self.tp_group)
         bias = self._parameters["bias"]
         if bias is not None:
             y = y + bias
@@ -179,7 +227,7 @@ def check_parallelizable(model: nn.Module, world_size: int) -> None:
                          + "; ".join(problems))
 
 
-def _column_shard(mod: NMLinear, rank: int, world: int) -> ColumnParallelNMLinear:
+def _column_shard(mod: NMLinear, rank: int, world: int, group) -> ColumnParallelNMLinear:
     out = mod.out_features // world
     lo, hi = rank * out, (rank + 1) * out
     packed = NMWeight(values=mod.values[:, lo:hi].contiguous(),
@@ -187,7 +235,7 @@ def _column_shard(mod: NMLinear, rank: int, world: int) -> ColumnParallelNMLinea
                       N=mod.N, M=mod.M, L=mod.L, shape=(out, mod.in_features))
     bias = None if mod.bias is None else mod.bias.detach()[lo:hi]
     shard = ColumnParallelNMLinear.from_packed(packed, bias)
-    shard.tp_rank, shard.tp_world = rank, world
+    shard.tp_rank, shard.tp_world, shard.tp_group = rank, world, group
     return shard
 
 
@@ -244,10 +292,12 @@ def parallelize_(model: nn.Module, mesh_or_group=None) -> nn.Module:
 
 
 def _shard_layer(old: NMLinear, kind: str, rank: int, world: int, group) -> NMLinear:
-    new = _column_shard(old, rank, world) if kind == "column" else _row_shard(old, rank, world, group)
+    new = _column_shard(old, rank, world, group) if kind == "column" else _row_shard(old, rank, world, group)
     if getattr(old, "_with_col_info", False):
         new.enable_col_info()
     new.train(old.training)
+    if old.bias is not None:  # the shard's bias trains as the full layer's did
+        new.bias.requires_grad_(old.bias.requires_grad)
     return new
 
 
@@ -340,8 +390,7 @@ def _empty_shard(mod: NMLinear, kind: str, world: int, group, rank: int) -> NMLi
     else:
         shard = RowParallelNMLinear(mod.in_features // world, mod.out_features, mod.N, mod.M, mod.L,
                                     bias=mod.bias is not None, device="cpu", dtype=mod.values.dtype)
-        shard.tp_group = group
-    shard.tp_rank, shard.tp_world = rank, world
+    shard.tp_rank, shard.tp_world, shard.tp_group = rank, world, group
     return shard
 
 

@@ -84,6 +84,11 @@ def trainable_values(model: nn.Module):
     an ``nn.Parameter`` (``values_param``, shared storage with the ``values`` buffer) and its forward
     computes gradients for them; the indices (the mask) never change. Yields the parameters."""
     layers = [m for m in model.modules() if isinstance(m, NMLinear)]
+    split = [type(m).__name__ for m in layers if getattr(m, "tp_world", 1) > 1]
+    if split:
+        # Their forward reduces over the ranks, which the trainable forward would skip.
+        raise ValueError(f"nmspmm.trainable_values: the model has tensor-parallel layers ({split[0]}); "
+                         f"recover the values before nmspmm.parallelize_")
     params = []
     for m in layers:
         m.values_param = nn.Parameter(m.values.detach(), requires_grad=True)  # same storage

@@ -1,7 +1,7 @@
 """nmspmm.parallelize_: a sparsified tiny Llama split over 2 gloo ranks on the CPU gives the
 single-process model's logits and greedy tokens; nmspmm.parallel.from_pretrained loads each rank's
 shard from a full checkpoint (one file or several) with the same logits; shapes that a shard would
-cut are refused."""
+cut are refused; the parallelize_module styles and the gradients match too."""
 import os
 import socket
 
@@ -229,3 +229,50 @@ def test_two_rank_parallelize_module_styles():
     import torch.multiprocessing as mp
 
     mp.spawn(_styles_worker, args=(_free_port(),), nprocs=WORLD, join=True)
+
+
+def _backward_worker(rank, port):
+    import torch.distributed as dist
+
+    from nmspmm import recovery
+
+    torch.set_num_threads(1)
+    model = sparse_llama()
+    ids = torch.randint(0, 512, (2, 10), generator=torch.Generator().manual_seed(4))
+    emb = model.model.embed_tokens.weight
+
+    def grads(m):
+        m.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.cross_entropy(m(ids, use_cache=False).logits[:, :-1].flatten(0, 1),
+                                                 ids[:, 1:].flatten())
+        loss.backward()
+        layer = m.model.layers[1]
+        return (loss.detach(), emb.grad.clone(), layer.input_layernorm.weight.grad.clone(),
+                layer.self_attn.q_proj.bias.grad.clone(), layer.mlp.down_proj.bias.grad.clone())
+
+    expected = grads(model)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
+    try:
+        nmspmm.parallelize_(model)
+        got = grads(model)
+        lo, hi = rank * 256 // WORLD, (rank + 1) * 256 // WORLD
+        want = (expected[0], expected[1], expected[2], expected[3][lo:hi], expected[4])
+        names = ("loss", "embedding grad", "norm grad", "q_proj bias grad (this rank's slice)", "down_proj bias grad")
+        for name, g, w in zip(names, got, want):
+            err = (g - w).abs().max().item()
+            tol = 1e-5 * max(w.abs().max().item(), 1e-30)
+            assert err <= tol, f"rank {rank}: {name} differs by {err} > {tol}"
+        with pytest.raises(ValueError, match="recover the values before nmspmm.parallelize_"):
+            with recovery.trainable_values(model):
+                pass
+    finally:
+        dist.destroy_process_group()
+
+
+def test_two_rank_gradients_match_single_process():
+    # Megatron's rule: the column-parallel input gradient is summed over the ranks, the
+    # row-parallel reduction passes its gradient through; replicated parameters get the
+    # single-process gradient on every rank.
+    import torch.multiprocessing as mp
+
+    mp.spawn(_backward_worker, args=(_free_port(),), nprocs=WORLD, join=True)
