@@ -276,3 +276,31 @@ def test_two_rank_gradients_match_single_process():
     import torch.multiprocessing as mp
 
     mp.spawn(_backward_worker, args=(_free_port(),), nprocs=WORLD, join=True)
+
+
+def _compile_worker(rank, port):
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    model = sparse_llama()
+    ids = torch.randint(0, 512, (2, 10), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        expected = model(ids, use_cache=False).logits
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
+    try:
+        nmspmm.parallelize_(model)
+        # One graph: the row-parallel all-reduce is a functional collective that dynamo traces.
+        forward = torch.compile(lambda i: model(i, use_cache=False).logits, fullgraph=True)
+        with torch.no_grad():
+            got = forward(ids)
+        tol = 1e-5 * expected.abs().max().item()
+        err = (got - expected).abs().max().item()
+        assert err <= tol, f"rank {rank}: compiled logits differ by {err} > {tol}"
+    finally:
+        dist.destroy_process_group()
+
+
+def test_two_rank_torch_compile_fullgraph():
+    import torch.multiprocessing as mp
+
+    mp.spawn(_compile_worker, args=(_free_port(),), nprocs=WORLD, join=True)
