@@ -46,9 +46,16 @@ def _worker(rank, port):
     expected_tokens = model.generate(ids, **gen_kwargs)
     expected_static = model.generate(ids[:1], cache_implementation="static", **gen_kwargs)
 
+    def sparse_bytes(m):  # every tensor the sparse projections hold (values, indices, metadata, biases)
+        return sum(t.numel() * t.element_size() for mod in m.modules() if isinstance(mod, nmspmm.NMLinear)
+                   for t in list(mod.buffers(recurse=False)) + list(mod.parameters(recurse=False)))
+
+    full_bytes = sparse_bytes(model)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
     try:
         nmspmm.parallelize_(model)
+        # Each rank holds half of every projection's weight (the row-parallel biases stay whole).
+        assert sparse_bytes(model) <= 0.52 * full_bytes, (sparse_bytes(model), full_bytes)
         attn, mlp = model.model.layers[0].self_attn, model.model.layers[0].mlp
         for proj in (attn.q_proj, attn.k_proj, attn.v_proj, mlp.gate_proj, mlp.up_proj):
             assert isinstance(proj, ColumnParallelNMLinear) and proj.tp_rank == rank
