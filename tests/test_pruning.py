@@ -43,6 +43,19 @@ def logits(model, ids):
         return model(ids, use_cache=False).logits.double()
 
 
+def layer_inputs(model, layers, batches):
+    """{name: [tokens, in_features]}: what each layer of ``layers`` receives over ``batches``."""
+    inputs = {n: [] for n in layers}
+    hooks = [m.register_forward_pre_hook(lambda mod, a, n=n: inputs[n].append(a[0].reshape(-1, a[0].shape[-1])))
+             for n, m in layers.items()]
+    with torch.no_grad():
+        for c in batches:
+            model(c, use_cache=False)
+    for h in hooks:
+        h.remove()
+    return {n: torch.cat(x) for n, x in inputs.items()}
+
+
 def assert_vw_nm(mask, N, M, L):
     """Every (L-vector, M-window) keeps exactly N positions, the same for all L rows."""
     out, inp = mask.shape
@@ -124,18 +137,11 @@ def test_sparsify_calibrated_end_to_end(method):
     # magnitude's. Wanda's score is a proxy of it: no layer above magnitude's by more than 1 %
     # (on layer 0's q projection, where the input norms are near uniform, they coincide), the sum
     # below.
-    inputs = {n: [] for n in layers}
-    hooks = [m.register_forward_pre_hook(lambda mod, a, n=n: inputs[n].append(a[0].reshape(-1, a[0].shape[-1])))
-             for n, m in layers.items()]
-    with torch.no_grad():
-        for c in cal:
-            model(c, use_cache=False)
-    for h in hooks:
-        h.remove()
+    inputs = layer_inputs(model, layers, cal)
     dense_mods = dict(dense.named_modules())
     errs, mag_errs = {}, {}
     for n, m in layers.items():
-        X, W = torch.cat(inputs[n]).double(), dense_mods[n].weight.detach().double()
+        X, W = inputs[n].double(), dense_mods[n].weight.detach().double()
         ref = ((X @ W.T) ** 2).sum()
         errs[n] = float(((X @ (W - m.to_dense().double()).T) ** 2).sum() / ref)
         mag_errs[n] = float(((X @ (W - ref_pruned_dense64(W, m.N, m.M, m.L)).T) ** 2).sum() / ref)
@@ -422,19 +428,12 @@ def test_the_calibrated_pipeline_at_2_4(L):
         return layers
 
     layers = check_layers()
-    inputs = {n: [] for n in layers}
-    hooks = [m.register_forward_pre_hook(lambda mod, a, n=n: inputs[n].append(a[0].reshape(-1, a[0].shape[-1])))
-             for n, m in layers.items()]
-    with torch.no_grad():
-        for c in cal:
-            model(c, use_cache=False)
-    for h in hooks:
-        h.remove()
+    inputs = layer_inputs(model, layers, cal)
     for n, m in layers.items():
         # The permuted layers' dense weight is the permuted teacher's: compare with magnitude
         # pruning of the layer's own dense equivalent (sparsegpt's weights before the update are
         # not kept), through the reconstruction error on the calibrated inputs.
-        X = torch.cat(inputs[n]).double()
+        X = inputs[n].double()
         Wp = m.to_dense().double()
         W = dict(teacher.named_modules())[n].weight.detach().double()
         if n.endswith(("gate_proj", "up_proj", "v_proj", "down_proj", "o_proj")) and L > 1:

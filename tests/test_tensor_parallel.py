@@ -188,54 +188,69 @@ def test_load_refuses_a_dense_checkpoint(tmp_path):
         nmspmm.parallel.from_pretrained(str(tmp_path))
 
 
-def _styles_worker(rank, port):
+def _split_worker(rank, port, check, seed):
+    """One rank: the full model and its single-process logits, then ``check(rank, model, ids,
+    expected)`` inside a 2-rank gloo group."""
     import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    model = sparse_llama()
+    ids = torch.randint(0, 512, (2, 10), generator=torch.Generator().manual_seed(seed))
+    with torch.no_grad():
+        expected = model(ids, use_cache=False).logits
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
+    try:
+        check(rank, model, ids, expected)
+    finally:
+        dist.destroy_process_group()
+
+
+def _run_split(check, seed):
+    import torch.multiprocessing as mp
+
+    mp.spawn(_split_worker, args=(_free_port(), check, seed), nprocs=WORLD, join=True)
+
+
+def _assert_logits(rank, got, expected):
+    # fp32; the sums are split in W partial sums and reduced, so they differ by rounding only.
+    tol = 1e-5 * expected.abs().max().item()
+    err = (got - expected).abs().max().item()
+    assert err <= tol, f"rank {rank}: max |logits diff| {err} > {tol}"
+
+
+def _check_styles(rank, model, ids, expected):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor.parallel import parallelize_module
 
     from nmspmm.parallel import NMColwiseParallel, NMRowwiseParallel, llama_tp_plan
 
-    torch.set_num_threads(1)
-    model = sparse_llama()
-    ids = torch.randint(0, 512, (2, 10), generator=torch.Generator().manual_seed(3))
+    mesh = init_device_mesh("cpu", (WORLD,))
+    q_before = model.model.layers[0].self_attn.q_proj
+    full_values = q_before.values.clone()
+    parallelize_module(model, mesh, llama_tp_plan())
+    attn, mlp = model.model.layers[1].self_attn, model.model.layers[1].mlp
+    # The plan keeps the module objects: they became the shards.
+    assert model.model.layers[0].self_attn.q_proj is q_before
+    assert isinstance(q_before, ColumnParallelNMLinear) and q_before.tp_rank == rank
+    lo = rank * 256 // WORLD
+    assert torch.equal(q_before.values, full_values[:, lo:lo + 256 // WORLD])
+    for proj in (attn.k_proj, attn.v_proj, mlp.gate_proj, mlp.up_proj):
+        assert isinstance(proj, ColumnParallelNMLinear)
+    assert isinstance(attn.o_proj, RowParallelNMLinear) and isinstance(mlp.down_proj, RowParallelNMLinear)
     with torch.no_grad():
-        expected = model(ids, use_cache=False).logits
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
-    try:
-        mesh = init_device_mesh("cpu", (WORLD,))
-        q_before = model.model.layers[0].self_attn.q_proj
-        full_values = q_before.values.clone()
-        parallelize_module(model, mesh, llama_tp_plan())
-        attn, mlp = model.model.layers[1].self_attn, model.model.layers[1].mlp
-        # The plan keeps the module objects: they became the shards.
-        assert model.model.layers[0].self_attn.q_proj is q_before
-        assert isinstance(q_before, ColumnParallelNMLinear) and q_before.tp_rank == rank
-        lo = rank * 256 // WORLD
-        assert torch.equal(q_before.values, full_values[:, lo:lo + 256 // WORLD])
-        for proj in (attn.k_proj, attn.v_proj, mlp.gate_proj, mlp.up_proj):
-            assert isinstance(proj, ColumnParallelNMLinear)
-        assert isinstance(attn.o_proj, RowParallelNMLinear) and isinstance(mlp.down_proj, RowParallelNMLinear)
-        with torch.no_grad():
-            got = model(ids, use_cache=False).logits
-        tol = 1e-5 * expected.abs().max().item()
-        err = (got - expected).abs().max().item()
-        assert err <= tol, f"rank {rank}: max |logits diff| {err} > {tol}"
-        # Refusals: a layer already split, a dense layer, a shard that would cut an L-vector.
-        with pytest.raises(ValueError, match="already tensor-parallel"):
-            parallelize_module(attn.q_proj, mesh, NMColwiseParallel())
-        with pytest.raises(ValueError, match="expects an NMLinear, got a Linear"):
-            parallelize_module(torch.nn.Linear(64, 64), mesh, NMRowwiseParallel())
-        odd = nmspmm.NMLinear.from_dense(torch.nn.Linear(64, 64), 2, 4, 64)
-        with pytest.raises(ValueError, match=r"out_features=64 is not divisible by world_size x L = 2 x 64"):
-            parallelize_module(odd, mesh, NMColwiseParallel())
-    finally:
-        dist.destroy_process_group()
+        _assert_logits(rank, model(ids, use_cache=False).logits, expected)
+    # Refusals: a layer already split, a dense layer, a shard that would cut an L-vector.
+    with pytest.raises(ValueError, match="already tensor-parallel"):
+        parallelize_module(attn.q_proj, mesh, NMColwiseParallel())
+    with pytest.raises(ValueError, match="expects an NMLinear, got a Linear"):
+        parallelize_module(torch.nn.Linear(64, 64), mesh, NMRowwiseParallel())
+    odd = nmspmm.NMLinear.from_dense(torch.nn.Linear(64, 64), 2, 4, 64)
+    with pytest.raises(ValueError, match=r"out_features=64 is not divisible by world_size x L = 2 x 64"):
+        parallelize_module(odd, mesh, NMColwiseParallel())
 
 
 def test_two_rank_parallelize_module_styles():
-    import torch.multiprocessing as mp
-
-    mp.spawn(_styles_worker, args=(_free_port(),), nprocs=WORLD, join=True)
+    _run_split(_check_styles, seed=3)
 
 
 def _backward_worker(rank, port):
@@ -285,29 +300,13 @@ def test_two_rank_gradients_match_single_process():
     mp.spawn(_backward_worker, args=(_free_port(),), nprocs=WORLD, join=True)
 
 
-def _compile_worker(rank, port):
-    import torch.distributed as dist
-
-    torch.set_num_threads(1)
-    model = sparse_llama()
-    ids = torch.randint(0, 512, (2, 10), generator=torch.Generator().manual_seed(5))
+def _check_compiled(rank, model, ids, expected):
+    nmspmm.parallelize_(model)
+    # One graph: the row-parallel all-reduce is a functional collective that dynamo traces.
+    forward = torch.compile(lambda i: model(i, use_cache=False).logits, fullgraph=True)
     with torch.no_grad():
-        expected = model(ids, use_cache=False).logits
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
-    try:
-        nmspmm.parallelize_(model)
-        # One graph: the row-parallel all-reduce is a functional collective that dynamo traces.
-        forward = torch.compile(lambda i: model(i, use_cache=False).logits, fullgraph=True)
-        with torch.no_grad():
-            got = forward(ids)
-        tol = 1e-5 * expected.abs().max().item()
-        err = (got - expected).abs().max().item()
-        assert err <= tol, f"rank {rank}: compiled logits differ by {err} > {tol}"
-    finally:
-        dist.destroy_process_group()
+        _assert_logits(rank, forward(ids), expected)
 
 
 def test_two_rank_torch_compile_fullgraph():
-    import torch.multiprocessing as mp
-
-    mp.spawn(_compile_worker, args=(_free_port(),), nprocs=WORLD, join=True)
+    _run_split(_check_compiled, seed=5)
