@@ -269,7 +269,7 @@ def test_tensor_parallel_shards_carry_their_own():
     layer = nmspmm.NMLinear.from_dense(torch.nn.Linear(128, 64), 2, 4, 4)
     x = torch.randn(3, 128)
     for rank in range(2):
-        col = _column_shard(layer, rank, 2)
+        col = _column_shard(layer, rank, 2, None)
         assert torch.equal(col.tc_meta, reference_meta(col.indices, 4, 128))
         row = _row_shard(layer, rank, 2, None)
         assert torch.equal(row.tc_meta, reference_meta(row.indices, 4, 64))
