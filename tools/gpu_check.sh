@@ -3,8 +3,10 @@
 #   tests     the whole test suite on the GPU: tests_kernels (tests/test_cuda_kernels.py, about 150 s
 #             on an H200) then tests_rest (every other file); each fits one device call alone
 #   sanitize  memcheck then racecheck over every kernel (tools/sanitize_run.py); each alone fits a
-#             call. racecheck skips cuBLAS's own kernels (nvjet_*, which the expansion plans call and
-#             in which racecheck reports hazards that are not ours) where compute-sanitizer can filter
+#             call (NMSPMM_SANITIZE_KERNELS splits racecheck further). racecheck reports hazards inside
+#             cuBLAS's own kernels (nvjet_*, which the expansion plans call): its row counts the hazards
+#             in nmspmm's kernels apart from those. Filtering nvjet out with --kernel-name-exclude
+#             makes the CUDA 13.0 compute-sanitizer fail with an internal error, so nothing is filtered
 #   fuzz      tools/gpu_fuzz.py: 10,000 random configurations + corrupted-index, corrupted-col_info
 #             and non-finite-x cases against fp64 references
 #   fuzzmem   the same harness on small shapes under compute-sanitizer memcheck, every tensor its own
@@ -86,15 +88,15 @@ for phase in "${phases[@]}"; do
            --out "$OUT/$name" > "$OUT/$name.txt" 2>&1; tail -8 "$OUT/$name.txt")
       done ;;
     memcheck | racecheck) mkdir -p "$OUT/gpu_tests"  # every registry kernel unless NMSPMM_SANITIZE_KERNELS limits it
-      tool=$phase; filt=()
-      if [ "$tool" = racecheck ] && compute-sanitizer --help 2>&1 | grep -q -- "--kernel-name-exclude"; then
-        filt=(--kernel-name-exclude kns=nvjet)
-      fi
+      tool=$phase; log="$OUT/gpu_tests/sanitizer_$tool${NMSPMM_SANITIZE_TAG:-}.txt"
       {
-        timeout 540 compute-sanitizer --tool $tool "${filt[@]}" --print-limit 20 python3 tools/sanitize_run.py > "$OUT/gpu_tests/sanitizer_$tool.txt" 2>&1
-        rc=$?; echo "sanitizer $tool rc=$rc"; tail -3 "$OUT/gpu_tests/sanitizer_$tool.txt"
-        row "$tool, ${NMSPMM_SANITIZE_KERNELS:-every registry kernel}" "compute-sanitizer --tool $tool ${filt[*]} python tools/sanitize_run.py" \
-          "rc=$rc: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|all kernels ran' "$OUT/gpu_tests/sanitizer_$tool.txt" | tr '\n' ' ')"
+        timeout ${SANITIZE_LIMIT_S:-540} compute-sanitizer --tool $tool --print-limit 100000 python3 tools/sanitize_run.py > "$log" 2>&1
+        rc=$?; echo "sanitizer $tool rc=$rc"; tail -3 "$log"
+        # A hazard report opens with "Race reported between <access> at <kernel>+<offset>".
+        ours=$(grep "Race reported between" "$log" | grep -vc "nvjet")
+        theirs=$(grep "Race reported between" "$log" | grep -c "nvjet")
+        row "$tool, ${NMSPMM_SANITIZE_KERNELS:-every registry kernel}" "compute-sanitizer --tool $tool python tools/sanitize_run.py" \
+          "rc=$rc: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|all kernels ran' "$log" | tr '\n' ' ')$([ $tool = racecheck ] && echo "; hazard lines in nmspmm kernels: $ours, in cuBLAS nvjet kernels: $theirs")"
       } ;;
     bench100) mkdir -p "$OUT/bench"; python3 benchmarks/bench_spmm.py --suite nmspmm100 --dtypes "fp32,${BENCH_HALF:-bf16}" \
         --nm-dtypes "fp32,${BENCH_HALF:-bf16}" --semi24 "${BENCH_HALF:-bf16}" \
