@@ -17,6 +17,8 @@
 #   quick | full | e2e   benchmarks (bench_spmm --quick, --suite all, e2e_llama)
 #   plantable benchmarks/plan_table.py: every plan the policy compares, timed against cuBLAS (the
 #             CSV tests/test_policy_table.py replays; commit it as benchmarks/results/h200/plan_table.csv)
+#   tp        benchmarks/tp_llama.py under torchrun on every GPU of the host (the two-GPU kind):
+#             tensor-parallel Llama-2-7B shapes against one GPU, sparse and dense (results: $OUT/tp)
 #   arch90    a second build with TORCH_CUDA_ARCH_LIST=9.0 (in a copy of the tree), timed against
 #             this one on the 100 NM-SpMM points in fp32
 #   checks    tests + fuzz + fuzzmem + sanitize: the full GPU check of a change under csrc/; more than
@@ -105,6 +107,8 @@ for phase in "${phases[@]}"; do
       echo "decode rc=$?"; tail -45 "$OUT/decode_console.txt" ;;
     plantable) timeout 900 python3 benchmarks/plan_table.py --out "$OUT/plan_table.csv" > "$OUT/plan_table.txt" 2>&1
       echo "plantable rc=$?"; tail -40 "$OUT/plan_table.txt" ;;
+    tp) timeout 580 torchrun --nproc-per-node "$(nvidia-smi -L | wc -l)" benchmarks/tp_llama.py ${TP_ARGS:-} --out "$OUT/tp" \
+        > "$OUT/tp_console.txt" 2>&1; echo "tp rc=$?"; tail -20 "$OUT/tp_console.txt" ;;
     quick) python3 benchmarks/bench_spmm.py --quick --out "$OUT/quick" > "$OUT/bench_quick.txt" 2>&1; echo "quick rc=$?"; tail -40 "$OUT/bench_quick.txt" ;;
     full) python3 benchmarks/bench_spmm.py --suite all --out "$OUT/full" > "$OUT/bench_full.txt" 2>&1; echo "full rc=$?"; tail -60 "$OUT/bench_full.txt" ;;
     e2e) python3 benchmarks/e2e_llama.py --out "$OUT/full" > "$OUT/e2e.txt" 2>&1; echo "e2e rc=$?"; tail -40 "$OUT/e2e.txt" ;;
