@@ -38,12 +38,14 @@ DENSE_DTYPES = ("fp32", "tf32", "bf16", "fp16")
 SEMI_DTYPES = ("fp16", "bf16")
 NM_DTYPES = ("fp32", "bf16", "fp16")
 SWEEP_SPLITS = (1, 2, 4, 8, 16)
+# bf16 / fp16 rows: relative error allowed above twice F.linear's (an output rounding's worth, 2^-12).
+NUMERICS_FLOOR = 2.0 ** -12
 
 CSV_COLUMNS = [
     "suite", "model", "layer", "m", "n", "k", "impl", "variant", "dtype", "pattern", "N", "M", "L",
     "sparsity", "ideal", "status", "kernel", "split_k", "heuristic_kernel",
     "heuristic_split_k", "ms", "ms_graph", "graph_copies", "tflops_eff", "tflops_exec", "gbps",
-    "gbps_graph", "bytes", "rel_err", "speedup_vs_fp32", "speedup_vs_tf32", "speedup_vs_bf16",
+    "gbps_graph", "bytes", "rel_err", "rel_err_linear", "err_over_linear", "speedup_vs_fp32", "speedup_vs_tf32", "speedup_vs_bf16",
     "speedup_vs_fp16", "speedup_vs_semi24_fp16", "speedup_vs_semi24_bf16", "speedup_graph_vs_fp32",
     "speedup_graph_vs_tf32", "speedup_graph_vs_bf16", "speedup_graph_vs_fp16", "note",
 ]
@@ -702,9 +704,13 @@ class Runner:
                 packed = packed32 if d == "fp32" else packed32.to(dtype=_torch_dtype(d))
                 wt64 = decompress_t64(packed.values, packed.indices, p.N, p.M, p.L, n, k)
                 tol = self.args.tol if d == "fp32" else self.args.tol_half
+                # The numerics rule: error at most twice that of F.linear on the same decompressed
+                # weight in the same dtype, both against the fp64 reference.
+                w_lin = wt64.t().to(_torch_dtype(d)).contiguous()
                 for m in ms:
                     x = xs[m] if d == "fp32" else xs[m].to(_torch_dtype(d))
                     ref = x.to(torch.float64) @ wt64
+                    self._err_linear = rel_err(torch.nn.functional.linear(x, w_lin), ref)
                     heur = _heuristic(m, n, k, p, self.num_sms, d)
                     for v in self.st.variants:
                         key = (m, n, k, str(p), v.label, d)
@@ -712,7 +718,7 @@ class Runner:
                                                           heur, tol)
                         prog.update(1, f"{p} {v.label} m={m} n={n} k={k}")
                     del ref
-                del wt64
+                del wt64, w_lin
             self._drop_copies("nm")
             del packed32
         if self.cuda:
@@ -759,6 +765,13 @@ class Runner:
         ms_, split, err = best
         rec.update(status="ok", kernel=kernel, split_k=split, ms=ms_, rel_err=err,
                    bytes=nm_bytes(packed, kernel, m, x.element_size()))
+        lin = getattr(self, "_err_linear", None)
+        if lin is not None:
+            rec["rel_err_linear"] = lin
+            rec["err_over_linear"] = err / lin if lin > 0 else (0.0 if err == 0 else float("inf"))
+            if d != "fp32" and err > 2 * lin + NUMERICS_FLOOR:
+                rec["note"] = (rec.get("note", "") + f"; error {err:.2e} above twice F.linear's "
+                               f"{lin:.2e}").lstrip("; ")
         if v.split == -1:
             rec["note"] = f"best of split_k {splits}"
         if (v.label == "auto" and d != "fp32" and m >= 17 and p.M in (8, 16, 32, 64)
@@ -957,6 +970,11 @@ def main(argv=None) -> int:
     log(f"\nSM clock under load: median {cl.get('sm_clock_mhz_median')} MHz "
         f"(min {cl.get('sm_clock_mhz_min')}, max {cl.get('sm_clock_mhz_max')}, {cl.get('n_samples', 0)} samples); "
         f"precision check {env['precision_check']}")
+    half = [r for r in runner.rows if r.get("dtype") != "fp32" and r.get("err_over_linear") not in (None, "")]
+    if half:
+        over = [r for r in half if float(r["rel_err"]) > 2 * float(r["rel_err_linear"]) + NUMERICS_FLOOR]
+        log(f"numerics: {len(over)} of {len(half)} bf16/fp16 nmspmm rows above twice F.linear's error "
+            f"(+2^-12); largest ratio {max(float(r['err_over_linear']) for r in half):.2f}")
     log(f"wrote {out}/bench_spmm.csv and bench_spmm.json ({len(runner.rows)} rows) in {env['wall_seconds']} s")
     return 0
 
