@@ -217,9 +217,10 @@ def _extension():
     if WITH_CUDA:
         # Op bindings are plain C++ (g++): no torch host code goes through nvcc.
         sources += sorted(glob.glob(os.path.join("csrc", "cuda", "*.cpp")))
-        sources += sorted(glob.glob(os.path.join("csrc", "cuda", "kernels", "*.cu")))
-        sources += sorted(glob.glob(os.path.join("csrc", "cuda", "kernels", "half", "*.cu")))
-        sources += sorted(glob.glob(os.path.join("csrc", "cuda", "kernels", "sparse_tc", "*.cu")))
+        # One folder per kernel family group: f32/ (the fp32 families), half/ (fp16 / bf16),
+        # sparse_tc/ (2:4 on the sparse tensor cores), decode_splitk/ (every dtype), preprocess/;
+        # common/ holds shared device primitives (headers only).
+        sources += sorted(glob.glob(os.path.join("csrc", "cuda", "kernels", "*", "*.cu")))
         nvcc = opt + ["-std=c++20", "-lineinfo", "--expt-relaxed-constexpr",
                       "--threads", os.environ.get("NVCC_THREADS", "2")]
         return CUDAExtension("nmspmm._C", sources, include_dirs=include_dirs,

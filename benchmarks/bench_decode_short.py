@@ -1,5 +1,5 @@
 """Decode benchmark of element-wise and short-vector N:M (the split-K decode family of
-csrc/cuda/kernels/spmm_decode_splitk.cuh): nmspmm.spmm against cuBLAS (F.linear) in the same dtype.
+csrc/cuda/kernels/decode_splitk/spmm_decode_splitk.cuh): nmspmm.spmm against cuBLAS (F.linear) in the same dtype.
 
 Cells: Llama-2-7B layers (out x in) 4096x4096, 11008x4096, 4096x11008 x L = 1, 8 x N:M = 16:32,
 8:32, 4:32, 2:4 x m = 1, 8, 16 x bf16 and fp32. Per cell: time per call in CUDA graphs with the

@@ -1,5 +1,5 @@
 // The kernel registry: every SpMM kernel nmspmm builds, by name, with what it can run. The single
-// source of truth for the launcher (csrc/cuda/kernels/spmm_launch.cu), the heuristic
+// source of truth for the launcher (csrc/cuda/kernels/f32/spmm_launch.cu), the heuristic
 // (csrc/policy.h), the argument checks of spmm_with_plan and, through torch.ops.nmspmm.kernels()
 // and kernel_info(), the tests, benchmarks and tools. Torch-free and CUDA-free: compiled into
 // every build and unit-tested on the CPU.

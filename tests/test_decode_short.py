@@ -1,4 +1,4 @@
-"""The split-K decode family for every vector length on the GPU (csrc/cuda/kernels/spmm_decode_splitk.cuh):
+"""The split-K decode family for every vector length on the GPU (csrc/cuda/kernels/decode_splitk/spmm_decode_splitk.cuh):
 decode_f32_splitk at L < 4, decode_splitk_bf16 and decode_splitk_f16 at any L, forced through
 ``spmm_with_plan`` and taken by the heuristic, against an fp64 reference of the decompressed weight
 (torch.ops.nmspmm.decompress, then an fp64 matmul). Accuracy rule as in test_half_plans.py: the

@@ -1,5 +1,5 @@
 """The split-K decode family for every vector length (decode_f32_splitk at L < 4, decode_splitk_bf16,
-decode_splitk_f16; csrc/cuda/kernels/spmm_decode_splitk.cuh): its registry rows and the heuristic's
+decode_splitk_f16; csrc/cuda/kernels/decode_splitk/spmm_decode_splitk.cuh): its registry rows and the heuristic's
 picks (csrc/policy.h, plan_decode_splitk). CPU only: no tensors on a device."""
 import itertools
 

@@ -5,7 +5,7 @@
 #
 #   bash tools/compile_cuda.sh            # all .cu files, 2 in parallel
 #   NMSPMM_NVCC_JOBS=4 bash tools/compile_cuda.sh
-#   bash tools/compile_cuda.sh csrc/cuda/kernels/spmm_small.cu   # just these files
+#   bash tools/compile_cuda.sh csrc/cuda/kernels/f32/spmm_small.cu   # just these files
 #
 # tools/compile_check_include supplies c10/cuda/impl/cuda_cmake_macros.h, which CPU torch wheels
 # lack; binding .cu files may include only <torch/all.h>, <c10/cuda/CUDAStream.h> and

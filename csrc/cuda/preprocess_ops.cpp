@@ -1,7 +1,7 @@
 // CUDA binding of the preprocessing ops nmspmm::prune, compress, decompress and col_info: checks
 // the arguments (csrc/checks.h, same messages as the CPU reference), makes the inputs
 // contiguous, allocates the outputs and launches the torch-free kernels
-// (csrc/cuda/kernels/preprocess.cu) on the current stream of the input's device.
+// (csrc/cuda/kernels/preprocess/preprocess.cu) on the current stream of the input's device.
 //
 // Synchronization: each op reads one small device error word back to the host after its
 // kernels (one stream synchronization per call), because the data errors the CPU reference
@@ -14,7 +14,7 @@
 #include <torch/all.h>
 
 #include "../checks.h"
-#include "kernels/preprocess.h"
+#include "cuda/kernels/preprocess/preprocess.h"
 #include "kernels/sparse_tc/meta.h"
 
 namespace nmspmm {

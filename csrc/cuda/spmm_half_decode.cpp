@@ -15,7 +15,7 @@
 
 #include "kernels/half/decode_half_plan.h"
 #include "kernels/half/spmm_half.h"
-#include "kernels/spmm_decode_splitk.h"
+#include "cuda/kernels/decode_splitk/spmm_decode_splitk.h"
 #include "spmm_params.h"
 
 namespace nmspmm {

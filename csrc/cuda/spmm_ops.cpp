@@ -1,6 +1,6 @@
 // CUDA binding of nmspmm::spmm and nmspmm::spmm_with_plan: checks the arguments, turns tensors
 // into pointers, asks the heuristic (csrc/policy.h) for a plan and runs it through the torch-free
-// launcher (csrc/cuda/kernels/spmm_launch.h) on the current stream. Nothing here synchronizes; the only
+// launcher (csrc/cuda/kernels/f32/spmm_launch.h) on the current stream. Nothing here synchronizes; the only
 // allocations are the output, the k-major copy of x for the tiled kernels, for split-K reduced off
 // chip a workspace, and for dense_expand_f32 the transient dense weight, all from PyTorch's caching
 // allocator (so the op is CUDA-graph capturable). On sm_90 split-K reduces inside a thread-block cluster and needs no workspace.
@@ -15,9 +15,9 @@
 #include "../checks.h"
 #include "../policy.h"
 #include "../registry.h"
-#include "kernels/expand_dense.h"
-#include "kernels/spmm.h"
-#include "kernels/spmm_launch.h"
+#include "cuda/kernels/f32/expand_dense.h"
+#include "cuda/kernels/f32/spmm.h"
+#include "cuda/kernels/f32/spmm_launch.h"
 #include "spmm_params.h"
 
 namespace nmspmm {

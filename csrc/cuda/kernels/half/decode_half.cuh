@@ -39,10 +39,10 @@
 
 #include <cstdint>
 
-#include "../cluster_reduce.cuh"
-#include "../cp_async.cuh"
-#include "../launch_overlap.cuh"
-#include "../smem_limit.h"
+#include "cuda/kernels/common/cluster_reduce.cuh"
+#include "cuda/kernels/common/cp_async.cuh"
+#include "cuda/kernels/common/launch_overlap.cuh"
+#include "cuda/kernels/common/smem_limit.h"
 #include "decode_half_plan.h"
 #include "spmm_half.h"
 

@@ -18,7 +18,7 @@
 
 #include <cstdint>
 
-#include "../expand_dense.h"
+#include "cuda/kernels/f32/expand_dense.h"
 #include "spmm_half.h"
 
 namespace nmspmm {

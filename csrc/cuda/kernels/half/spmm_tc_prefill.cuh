@@ -35,10 +35,10 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "cuda/kernels/cp_async.cuh"
+#include "cuda/kernels/common/cp_async.cuh"
 #include "cuda/kernels/half/spmm_half.h"
 #include "cuda/kernels/half/tc_prefill_stage.h"
-#include "cuda/kernels/launch_overlap.cuh"
+#include "cuda/kernels/common/launch_overlap.cuh"
 
 namespace nmspmm {
 namespace kernels {

@@ -24,8 +24,8 @@
 // Element (row r, 16-byte chunk c) of a swizzled part lies at r * 128 + ((c ^ (r & 7)) << 4).
 #pragma once
 #include "cuda/kernels/half/spmm_tc_prefill.cuh"
-#include "cuda/kernels/device_cc.h"
-#include "cuda/kernels/mbarrier.cuh"
+#include "cuda/kernels/common/device_cc.h"
+#include "cuda/kernels/common/mbarrier.cuh"
 
 namespace nmspmm {
 namespace kernels {

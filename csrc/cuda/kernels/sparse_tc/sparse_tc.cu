@@ -3,7 +3,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include "cuda/kernels/device_cc.h"
+#include "cuda/kernels/common/device_cc.h"
 #include "cuda/kernels/sparse_tc/sparse_tc.h"
 
 namespace nmspmm {

@@ -29,7 +29,7 @@
 
 #include <cstdint>
 
-#include "cuda/kernels/mbarrier.cuh"
+#include "cuda/kernels/common/mbarrier.cuh"
 #include "cuda/kernels/sparse_tc/sparse_tc.h"
 #include "cuda/kernels/sparse_tc/wgmma_sp.h"
 

@@ -5,8 +5,8 @@
 
 #include <cstdint>
 
-#include "../../registry.h"
-#include "smem_limit.h"
+#include "registry.h"
+#include "cuda/kernels/common/smem_limit.h"
 #include "spmm.h"
 #include "spmm_decode.h"
 #include "spmm_launch.h"

@@ -23,7 +23,7 @@
 
 #include "cluster_barrier.cuh"
 #include "launch_overlap.cuh"
-#include "spmm.h"
+#include "cuda/kernels/f32/spmm.h"
 
 namespace nmspmm {
 namespace kernels {

@@ -39,11 +39,11 @@
 
 #include <cstdint>
 
-#include "../../pattern.h"
-#include "cp_async.cuh"
+#include "pattern.h"
+#include "cuda/kernels/common/cp_async.cuh"
 #include "fma_order.cuh"
-#include "launch_overlap.cuh"
-#include "smem_limit.h"
+#include "cuda/kernels/common/launch_overlap.cuh"
+#include "cuda/kernels/common/smem_limit.h"
 #include "spmm.h"
 #include "spmm_tiled.h"
 #include "tile_epilogue.cuh"

@@ -26,11 +26,11 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "cp_async.cuh"
-#include "cluster_reduce.cuh"
+#include "cuda/kernels/common/cp_async.cuh"
+#include "cuda/kernels/common/cluster_reduce.cuh"
 #include "fma_order.cuh"
-#include "launch_overlap.cuh"
-#include "smem_limit.h"
+#include "cuda/kernels/common/launch_overlap.cuh"
+#include "cuda/kernels/common/smem_limit.h"
 #include "spmm_decode.h"
 
 namespace nmspmm {

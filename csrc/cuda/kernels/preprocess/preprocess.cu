@@ -43,7 +43,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "../../pattern.h"
+#include "pattern.h"
 
 #if defined(__CUDACC__)
 #define NMSPMM_HD __host__ __device__ __forceinline__

@@ -9,8 +9,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "half/spmm_half.h"
-#include "spmm.h"
+#include "cuda/kernels/half/spmm_half.h"
+#include "cuda/kernels/f32/spmm.h"
 
 namespace nmspmm {
 namespace kernels {

@@ -28,10 +28,10 @@
 #include <climits>
 #include <cstdint>
 
-#include "cp_async.cuh"
+#include "cuda/kernels/common/cp_async.cuh"
 #include "fma_order.cuh"
-#include "launch_overlap.cuh"
-#include "smem_limit.h"
+#include "cuda/kernels/common/launch_overlap.cuh"
+#include "cuda/kernels/common/smem_limit.h"
 #include "spmm.h"
 #include "spmm_warp_packed.h"
 #include "tile_epilogue.cuh"

@@ -21,7 +21,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "launch_overlap.cuh"
+#include "cuda/kernels/common/launch_overlap.cuh"
 #include "spmm_decode_splitk.h"
 
 namespace nmspmm {

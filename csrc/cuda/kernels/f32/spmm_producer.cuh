@@ -41,10 +41,10 @@
 
 #include <cstdint>
 
-#include "bulk_store.cuh"
-#include "launch_overlap.cuh"
-#include "mbarrier.cuh"
-#include "smem_limit.h"
+#include "cuda/kernels/common/bulk_store.cuh"
+#include "cuda/kernels/common/launch_overlap.cuh"
+#include "cuda/kernels/common/mbarrier.cuh"
+#include "cuda/kernels/common/smem_limit.h"
 #include "spmm.h"
 #include "spmm_producer.h"
 

@@ -4,7 +4,7 @@
 #pragma once
 #include <cuda_runtime.h>
 
-#include "../../registry.h"
+#include "registry.h"
 #include "spmm.h"
 
 namespace nmspmm {

@@ -13,9 +13,9 @@
 #include <type_traits>
 
 #include "fma_order.cuh"
-#include "launch_overlap.cuh"
+#include "cuda/kernels/common/launch_overlap.cuh"
 #include "spmm.h"
-#include "spmm_decode_splitk.h"
+#include "cuda/kernels/decode_splitk/spmm_decode_splitk.h"
 #include "spmm_small.h"
 
 namespace nmspmm {

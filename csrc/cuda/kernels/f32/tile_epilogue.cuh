@@ -15,9 +15,9 @@
 
 #include <cstdint>
 
-#include "bulk_store.cuh"
-#include "cluster_barrier.cuh"
-#include "launch_overlap.cuh"
+#include "cuda/kernels/common/bulk_store.cuh"
+#include "cuda/kernels/common/cluster_barrier.cuh"
+#include "cuda/kernels/common/launch_overlap.cuh"
 #include "spmm.h"
 
 namespace nmspmm {
