@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import time
 from typing import Dict, List
@@ -31,7 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import shapes as S  # noqa: E402
 from common import collect_env, default_out_dir, log, write_csv, write_json  # noqa: E402
-from e2e_llama import TINY, Clock, time_prefill  # noqa: E402
+from e2e_llama import TINY, Clock, time_decode_graph, time_prefill  # noqa: E402
 
 COLUMNS = ["model", "layers", "dtype", "variant", "tp", "status", "prefill_tokens", "prefill_ms", "prefill_tok_s",
            "prefill_scaling", "decode_b1_graph_ms", "decode_b1_graph_tok_s", "decode_b16_graph_ms",
@@ -92,42 +91,14 @@ def dense_parallelize(model, mesh) -> None:
 
 
 def decode_graph_ms(model, cfg, clock: Clock, args, batch: int, gen, world: int) -> float:
-    """ms per decode step: one step (forward + greedy argmax into the input buffer) captured in a
-    CUDA graph with a StaticCache of this rank's heads, replayed --new-tokens times."""
+    """ms per decode step, CUDA graph (e2e_llama.time_decode_graph) with a StaticCache of this
+    rank's heads."""
     import copy
-
-    import torch
-    from transformers import StaticCache
 
     local = copy.copy(cfg)
     local.num_attention_heads = cfg.num_attention_heads // world
     local.num_key_value_heads = cfg.num_key_value_heads // world
-    cache = StaticCache(config=local, max_cache_len=args.prompt + 4 + args.new_tokens * (args.reps + 1))
-    prompt = torch.randint(0, cfg.vocab_size, (batch, args.prompt), device=args.device, generator=gen)
-    out = model(input_ids=prompt, past_key_values=cache, use_cache=True, logits_to_keep=1)
-    tok = out.logits[:, -1:].argmax(-1).contiguous()
-    del out
-
-    def step():
-        o = model(input_ids=tok, past_key_values=cache, use_cache=True)
-        tok.copy_(o.logits[:, -1:].argmax(-1))
-
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        step()
-        step()
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        step()
-
-    def replay():
-        for _ in range(args.new_tokens):
-            g.replay()
-    replay()
-    return statistics.median(clock.ms(replay) for _ in range(args.reps)) / args.new_tokens
+    return time_decode_graph(model, clock, args, local, batch, gen)
 
 
 def slowest(value: float, device: str) -> float:
