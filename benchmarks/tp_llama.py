@@ -14,6 +14,8 @@ variant (dense, then nmspmm.sparsify_ at each of --patterns):
      for the dense one. Its logits are checked against step 1's (relative Frobenius error below
      --check-tol, else the run stops with status 3) and its greedy tokens compared; then the same
      timings. Times are the slowest rank's (all-reduce MAX).
+  For the sparse variants, before the split: rank 0 saves the model (save_pretrained), every rank
+  loads only its shard (nmspmm.parallel.from_pretrained) and checks its logits the same way.
 Rank 0 writes <out>/tp_llama.csv and tp_llama.json: per variant and TP, the times, the prefill
 throughput over TP = 1 (`prefill_scaling`), the projection weight bytes per GPU and their ratio to
 TP = 1 (`proj_weight_ratio`), the check's error and whether the greedy tokens matched.
@@ -22,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import time
 from typing import Dict, List
@@ -31,12 +32,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import shapes as S  # noqa: E402
 from common import collect_env, default_out_dir, log, write_csv, write_json  # noqa: E402
-from e2e_llama import TINY, Clock, time_prefill  # noqa: E402
+from e2e_llama import TINY, Clock, time_decode_graph, time_prefill  # noqa: E402
 
 COLUMNS = ["model", "layers", "dtype", "variant", "tp", "status", "prefill_tokens", "prefill_ms", "prefill_tok_s",
            "prefill_scaling", "decode_b1_graph_ms", "decode_b1_graph_tok_s", "decode_b16_graph_ms",
            "decode_b16_graph_tok_s", "proj_weight_mib_per_gpu", "proj_weight_ratio", "model_mib_per_gpu",
-           "check_rel_err", "greedy_tokens_equal", "note"]
+           "check_rel_err", "greedy_tokens_equal", "load_rel_err", "note"]
 ATTN_COLUMN, ATTN_ROW = ("q_proj", "k_proj", "v_proj"), "o_proj"
 MLP_COLUMN, MLP_ROW = ("gate_proj", "up_proj"), "down_proj"
 
@@ -56,6 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--check-tol", type=float, default=None,
                     help="logits relative error bound (default 1e-4 in fp32, 3e-2 in bf16: the split "
                          "sums round differently)")
+    ap.add_argument("--ckpt-dir", default="/tmp/nmspmm_tp_ckpt",
+                    help="where rank 0 saves each sparse model for the sharded-load check (removed after)")
+    ap.add_argument("--no-load-check", action="store_true",
+                    help="skip the sharded load (nmspmm.parallel.from_pretrained) of the saved full model")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="cuda", help="cuda, or cpu with --tiny (gloo smoke test)")
     ap.add_argument("--tiny", action="store_true", help="tiny hidden sizes (pipeline smoke test only)")
@@ -92,42 +97,14 @@ def dense_parallelize(model, mesh) -> None:
 
 
 def decode_graph_ms(model, cfg, clock: Clock, args, batch: int, gen, world: int) -> float:
-    """ms per decode step: one step (forward + greedy argmax into the input buffer) captured in a
-    CUDA graph with a StaticCache of this rank's heads, replayed --new-tokens times."""
+    """ms per decode step, CUDA graph (e2e_llama.time_decode_graph) with a StaticCache of this
+    rank's heads."""
     import copy
-
-    import torch
-    from transformers import StaticCache
 
     local = copy.copy(cfg)
     local.num_attention_heads = cfg.num_attention_heads // world
     local.num_key_value_heads = cfg.num_key_value_heads // world
-    cache = StaticCache(config=local, max_cache_len=args.prompt + 4 + args.new_tokens * (args.reps + 1))
-    prompt = torch.randint(0, cfg.vocab_size, (batch, args.prompt), device=args.device, generator=gen)
-    out = model(input_ids=prompt, past_key_values=cache, use_cache=True, logits_to_keep=1)
-    tok = out.logits[:, -1:].argmax(-1).contiguous()
-    del out
-
-    def step():
-        o = model(input_ids=tok, past_key_values=cache, use_cache=True)
-        tok.copy_(o.logits[:, -1:].argmax(-1))
-
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        step()
-        step()
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        step()
-
-    def replay():
-        for _ in range(args.new_tokens):
-            g.replay()
-    replay()
-    return statistics.median(clock.ms(replay) for _ in range(args.reps)) / args.new_tokens
+    return time_decode_graph(model, clock, args, local, batch, gen)
 
 
 def slowest(value: float, device: str) -> float:
@@ -180,6 +157,31 @@ def reference(model, cfg, args):
     return logits, tokens
 
 
+def sharded_load_error(model, mesh, rank: int, dtype, ref_logits, variant: str, args) -> float:
+    """Rank 0 saves the full sparse model (save_pretrained); every rank loads only its shard
+    (nmspmm.parallel.from_pretrained) and compares its logits with the single-GPU ones: the
+    relative error, the largest over the ranks."""
+    import shutil
+
+    import torch.distributed as dist
+
+    import nmspmm
+
+    path = os.path.join(args.ckpt_dir, variant.replace(":", "_"))
+    if rank == 0:
+        shutil.rmtree(path, ignore_errors=True)
+        model.save_pretrained(path)
+    dist.barrier()
+    loaded = nmspmm.parallel.from_pretrained(path, mesh, dtype=dtype, device=args.device).eval()
+    logits, _ = reference(loaded, loaded.config, args)
+    err = slowest(((logits - ref_logits).norm() / ref_logits.norm()).item(), args.device)
+    del loaded
+    dist.barrier()
+    if rank == 0:
+        shutil.rmtree(path, ignore_errors=True)
+    return err
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     import torch
@@ -226,6 +228,9 @@ def main(argv=None) -> int:
                 "status": "ok"}
         ref_logits, ref_tokens = reference(model, cfg, args)
         one = dict(base, tp=1, **measure(model, cfg, clock, args, 1))
+        load_err = None
+        if p is not None and not args.no_load_check:
+            load_err = sharded_load_error(model, mesh, rank, dtype, ref_logits, variant, args)
         if p is None:
             dense_parallelize(model, mesh)
         else:
@@ -234,17 +239,19 @@ def main(argv=None) -> int:
         err = ((logits - ref_logits).norm() / ref_logits.norm()).item()
         err = slowest(err, args.device)
         same = int(slowest(float(not torch.equal(tokens, ref_tokens)), args.device) == 0.0)
-        split = dict(base, tp=world, check_rel_err=err, greedy_tokens_equal=same, **measure(model, cfg, clock, args, world))
+        split = dict(base, tp=world, check_rel_err=err, greedy_tokens_equal=same, load_rel_err=load_err,
+                     **measure(model, cfg, clock, args, world))
         split["prefill_scaling"] = split["prefill_tok_s"] / one["prefill_tok_s"]
         split["proj_weight_ratio"] = split["proj_weight_mib_per_gpu"] / one["proj_weight_mib_per_gpu"]
-        if not err < tol:
+        if not err < tol or (load_err is not None and not load_err < tol):
             split["status"] = "check failed"
             status = 3
         rows += [one, split]
         if rank == 0:
             log(f"  {variant}: TP=1 prefill {one['prefill_ms']:.2f} ms; TP={world} {split['prefill_ms']:.2f} ms "
                 f"({split['prefill_scaling']:.2f}x); projection weights per GPU {split['proj_weight_ratio']:.3f}x; "
-                f"logits error {err:.2e} (tol {tol:.0e}), greedy tokens {'equal' if same else 'DIFFER'}; "
+                f"logits error {err:.2e} (tol {tol:.0e}), greedy tokens {'equal' if same else 'DIFFER'}"
+                + (f", sharded load {load_err:.2e}" if load_err is not None else "") + "; "
                 f"{time.time() - t0:.0f} s")
         del model
         if cuda:

@@ -315,7 +315,7 @@ def test_two_rank_torch_compile_fullgraph():
 def test_tp_benchmark_smoke(tmp_path):
     """benchmarks/tp_llama.py under torchrun on 2 gloo ranks (tiny shapes): every variant's split
     model passes the benchmark's own logits check, keeps the greedy tokens and holds half of the
-    projection weights per rank."""
+    projection weights per rank; every sparse model's sharded load from its saved checkpoint too."""
     import csv
     import subprocess
     import sys
@@ -324,7 +324,8 @@ def test_tp_benchmark_smoke(tmp_path):
     env = dict(os.environ, OMP_NUM_THREADS="1", MASTER_PORT=str(_free_port()))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
            env["MASTER_PORT"], os.path.join(root, "benchmarks", "tp_llama.py"), "--device", "cpu", "--tiny",
-           "--layers", "2", "--prefill", "32", "--reps", "1", "--dtype", "fp32", "--out", str(tmp_path)]
+           "--layers", "2", "--prefill", "32", "--reps", "1", "--dtype", "fp32", "--out", str(tmp_path),
+           "--ckpt-dir", str(tmp_path / "ckpt")]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     rows = list(csv.DictReader(open(tmp_path / "tp_llama.csv")))
@@ -334,5 +335,7 @@ def test_tp_benchmark_smoke(tmp_path):
         assert r["status"] == "ok" and float(r["prefill_ms"]) > 0
         if r["tp"] == "2":
             assert float(r["check_rel_err"]) < 1e-4 and r["greedy_tokens_equal"] == "1"
+            # The sparse models also load shard by shard from the saved full model.
+            assert r["variant"] == "dense" or float(r["load_rel_err"]) < 1e-4
             # Every projection splits evenly (2:4 L = 32 rounds its metadata words up per rank).
             assert 0.5 <= float(r["proj_weight_ratio"]) <= 0.52
