@@ -20,6 +20,9 @@ Corruption cases (docs/format.md, "Validation" and "Masking guarantee"):
     (duplicates added);
   * col_info / packed_indices with random bytes: NMWeight must refuse them; the raw op on every
     packing plan must run without a fault (its result is unspecified);
+  * a 2:4 tc_meta that does not describe the indices (stale, or random bits): the sparse_tc plans
+    give the product with the weight it describes wherever its pairs are defined (the other
+    vectors' outputs are unspecified and only checked to be finite);
   * NaN / Inf at random positions of x: every plan gives the product over the kept positions only.
 Under compute-sanitizer memcheck with PYTORCH_NO_CUDA_MEMORY_CACHING=1 (every tensor its own
 allocation) a clean run means no access outside any input; the value checks above cover the reads
@@ -436,6 +439,64 @@ def run_non_finite_x_case(i, rnd, gen, tally, kernels, cc, small):
     check(y, f"heuristic ({plan})", plan)
 
 
+def tc_meta_positions(meta, windows, vectors):
+    """(p0, p1) [windows, vectors] int64: the position pair each tc_meta nibble selects (window g in
+    word g / 8 of its vector, nibble g % 8: p0 in bits 0-1, p1 in bits 2-3)."""
+    g = torch.arange(windows, device=meta.device)
+    words = meta[g // 8, :vectors].to(torch.int64) & 0xFFFFFFFF
+    nib = (words >> (4 * (g % 8)).unsqueeze(1)) & 0xF
+    return nib & 3, nib >> 2
+
+
+def run_corrupt_tc_meta_case(i, rnd, gen, tally, kernels, cc, small):
+    """A tc_meta that does not describe the indices (only the raw op takes one: NMWeight and NMLinear
+    build it from the indices). The sparse_tc plans read positions from tc_meta alone, as 2-bit
+    selectors inside each group of four inputs, so no word can make them read outside the operands
+    (fuzzmem checks that). Where a nibble holds an ascending pair, the output is the product with
+    the weight that tc_meta describes; a vector with a repeated or descending pair (outside the six
+    pairs the PTX ISA defines) has unspecified outputs, checked only for being finite."""
+    stc = [kn for kn in kernels if kn.startswith("sparse_tc_")]
+    if DEVICE != "cuda" or cc != 90 or not stc:
+        return
+    L = rnd.choice([1, 2, 4, 16, 32, 128])
+    m = rnd.choice([1, 5, 17, 64, 130, 300])
+    n = rnd.randint(1, 6 if small else 16) * max(8, L)
+    k = rnd.randint(2, 20 if small else 100) * 8
+    dtype = rnd.choice([torch.float16, torch.bfloat16])
+    windows, vectors = k // 4, n // L
+    indices = random_indices(gen, windows, vectors, 2, 4, DEVICE)
+    values = torch.randn(k // 2, n, device=DEVICE, generator=gen).to(dtype)
+    kind = rnd.choice(["stale", "bits"])
+    if kind == "stale":  # valid metadata of other positions (another weight's, or an old copy)
+        meta = ops.sparse_tc_meta(random_indices(gen, windows, vectors, 2, 4, DEVICE), 2, 4, L, k)
+    else:  # random bits in a few words, padding words included
+        meta = ops.sparse_tc_meta(indices, 2, 4, L, k).clone()
+        flat = meta.view(-1)
+        for _ in range(rnd.randint(1, 8)):
+            j = rnd.randrange(flat.numel())
+            flat[j] = int(flat[j]) ^ (rnd.getrandbits(32) - (1 << 31))
+    p0, p1 = tc_meta_positions(meta, windows, vectors)
+    described = torch.stack([p0, p1], 1).reshape(2 * windows, vectors).to(torch.uint8)
+    x = torch.randn(m, k, device=DEVICE, generator=gen).to(dtype)
+    ref, scale = reference(x, dense_of(values, described, 2, 4, L, k), None)
+    good = (p0 < p1).all(0).repeat_interleave(L)  # outputs of vectors whose pairs are all defined
+    desc = f"case {i}: {kind} m={m} n={n} k={k} 2:4 L={L} {str(dtype)[6:]}, {int((~good).sum())} outputs unspecified"
+    kernel = rnd.choice([kn for kn in stc if ("_bf16_" in kn) == (dtype == torch.bfloat16)])
+    split_k = rnd.choice([1, 2, 4, 8])
+    try:
+        y = ops.spmm_with_plan(x, values, indices, 2, 4, L, None, None, None, kernel, split_k, meta)
+    except RuntimeError as e:
+        tally.add("corrupt tc_meta: raw op", "fail", note=f"{desc} kernel={kernel}: raised {str(e)[:200]}")
+        return
+    sync_or_die(f"{desc} kernel={kernel}")
+    ok, ratio = check_close(y[:, good], ref[:, good], scale[:, good], dtype)
+    tally.add("corrupt tc_meta: raw op", "pass" if ok else "fail", ratio,
+              f"{desc} kernel={kernel} split_k={split_k} err/tol={ratio:.3g}")
+    finite = bool(torch.isfinite(y).all())
+    tally.add("corrupt tc_meta: finite", "pass" if finite else "fail",
+              note=None if finite else f"{desc} kernel={kernel} split_k={split_k}: non-finite output")
+
+
 def run_corrupt_col_info_case(i, rnd, gen, tally, kernels, cc, small):
     N, M, L = draw_pattern(rnd, small)
     L = max(L, 16)  # the packing kernels' range
@@ -489,7 +550,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cases", type=int, default=10000, help="random configurations")
     ap.add_argument("--corrupt-cases", type=int, default=None,
-                    help="corrupted-index and corrupted-col_info cases each (default: cases / 20, >= 20)")
+                    help="corrupted-index, -col_info and -tc_meta cases each (default: cases / 20, >= 20)")
     ap.add_argument("--small", action="store_true", help="smaller shapes (for compute-sanitizer)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=None, help="also write the summary table to this file")
@@ -524,6 +585,7 @@ def main():
     for i in range(corrupt):
         for fn, cat in ((run_corrupt_indices_case, "corrupt indices: harness"),
                         (run_corrupt_col_info_case, "corrupt col_info: harness"),
+                        (run_corrupt_tc_meta_case, "corrupt tc_meta: harness"),
                         (run_non_finite_x_case, "non-finite x: harness")):
             try:
                 fn(i, rnd, gen, tally, kernels, cc, a.small)
@@ -534,7 +596,7 @@ def main():
     sync_or_die("the last case")
     name = torch.cuda.get_device_name() if DEVICE == "cuda" else "CPU"
     head = (f"gpu_fuzz: {name} (cc {cc}), torch {torch.__version__}, seed {a.seed}, "
-            f"{a.cases} random cases + {corrupt} x 3 corruption / non-finite cases{' (small shapes)' if a.small else ''}, "
+            f"{a.cases} random cases + {corrupt} x 4 corruption / non-finite cases{' (small shapes)' if a.small else ''}, "
             f"{time.time() - t0:.0f} s")
     text = head + "\n" + tally.table() + f"\nfailures: {tally.failed}"
     print(text)
