@@ -220,6 +220,7 @@ def _extension():
         sources += sorted(glob.glob(os.path.join("csrc", "cuda", "kernels", "*.cu")))
         sources += sorted(glob.glob(os.path.join("csrc", "cuda", "kernels", "half", "*.cu")))
         sources += sorted(glob.glob(os.path.join("csrc", "cuda", "kernels", "sparse_tc", "*.cu")))
+        sources += sorted(glob.glob(os.path.join("csrc", "cuda", "kernels", "csr", "*.cu")))
         nvcc = opt + ["-std=c++20", "-lineinfo", "--expt-relaxed-constexpr",
                       "--threads", os.environ.get("NVCC_THREADS", "2")]
         return CUDAExtension("nmspmm._C", sources, include_dirs=include_dirs,

@@ -46,7 +46,7 @@ PatternSpec = Union[None, Mapping[str, Optional[Pattern]], Callable[[str, nn.Mod
 
 METHODS = ("magnitude", "wanda", "sparsegpt")
 
-__all__ = ["METHODS", "vw_topk_mask", "magnitude_mask", "wanda_mask", "sparsegpt_prune",
+__all__ = ["METHODS", "vw_topk_mask", "unstructured_mask", "magnitude_mask", "wanda_mask", "sparsegpt_prune",
            "resolve_pattern", "prune_linears", "PruneStats", "layer_sensitivity", "allocate_patterns",
            "DEFAULT_TARGETS"]
 
@@ -60,6 +60,24 @@ def vw_topk_mask(score: torch.Tensor, N: int, M: int, L: int) -> torch.Tensor:
     keep = s.topk(N, dim=-1).indices
     m = torch.zeros_like(s, dtype=torch.bool).scatter_(-1, keep, True)
     return m.unsqueeze(1).expand(out // L, L, inp // M, M).reshape(out, inp)
+
+
+def unstructured_mask(score: torch.Tensor, sparsity: float, per_row: bool = True) -> torch.Tensor:
+    """Bool mask [out, in] keeping the largest scores: round((1 - sparsity) * in) per row, or, with
+    ``per_row=False``, round((1 - sparsity) * out * in) over the whole matrix; ties keep the lower
+    index."""
+    if not isinstance(sparsity, (int, float)) or isinstance(sparsity, bool) or not 0.0 <= sparsity <= 1.0:
+        raise ValueError(f"nmspmm: sparsity must be a number in [0, 1], got {sparsity!r}")
+    s = score.detach().float()
+    out, inp = s.shape
+    flat = s if per_row else s.reshape(1, -1)
+    keep = round((1.0 - sparsity) * flat.shape[1])
+    mask = torch.zeros_like(flat, dtype=torch.bool)
+    if keep > 0:
+        # Stable descending order: equal scores keep the lower index.
+        order = torch.sort(flat, dim=1, descending=True, stable=True).indices[:, :keep]
+        mask.scatter_(1, order, True)
+    return mask.reshape(out, inp)
 
 
 def magnitude_mask(weight: torch.Tensor, N: int, M: int, L: int) -> torch.Tensor:
