@@ -85,6 +85,15 @@ def test_csr_spmm_long_rows_and_3d_strided_input(rows, device):
     check_product(x.reshape(-1, 1000), w, None, y.reshape(-1, 64))
 
 
+@pytest.mark.parametrize("dtype,inp,m", [(torch.bfloat16, 7000, 20), (torch.float32, 7000, 11),
+                                         (torch.float32, 13000, 9), (torch.float32, 26000, 9)])
+def test_csr_spmm_wide_inputs(dtype, inp, m, device):
+    # Rows of thousands of inputs, token counts past one chunk of 8 (tails of 1-4 tokens).
+    w = random_csr(24, inp, 0.05, dtype, device)
+    x = torch.randn(m, inp).to(dtype).to(device)
+    check_product(x, w, None, nmspmm.spmm(x, w))
+
+
 def test_csr_spmm_masks_non_finite_inputs_it_does_not_read(device):
     # Row 0 keeps input 1 only: a NaN at input 0 must not reach y[:, 0] (the CSR product reads only
     # the stored columns), while it does reach the rows that store input 0.
@@ -177,8 +186,9 @@ def test_csr_weight_refuses_bad_index_data(case, exc, match, device):
     nmspmm.CSRWeight(*_fields(device), (2, 3))  # the unmodified fields are accepted
 
 
+@pytest.mark.parametrize("m", [3, 20])
 @pytest.mark.parametrize("case", ["cols-out-of-range", "crow-past-nnz", "crow-decreasing", "crow-negative"])
-def test_csr_spmm_masks_corrupted_indices_like_the_reference(case, device):
+def test_csr_spmm_masks_corrupted_indices_like_the_reference(case, m, device):
     # The op itself checks no index data (the weight was checked where it entered); given corrupted
     # data anyway it reads nothing outside its inputs and computes the documented masked product:
     # a row's range clamped to [0, nnz], columns outside [0, in) skipped. The CPU loop below is that
@@ -197,8 +207,8 @@ def test_csr_spmm_masks_corrupted_indices_like_the_reference(case, device):
     elif case == "crow-negative":
         crow[2:4] = -7
     vals = torch.randn(nnz, generator=g)
-    x = torch.randn(3, inp, generator=g)
-    ref = torch.zeros(3, out, dtype=torch.float64)
+    x = torch.randn(m, inp, generator=g)
+    ref = torch.zeros(m, out, dtype=torch.float64)
     for j in range(out):
         b = min(max(int(crow[j]), 0), nnz)
         e = min(max(int(crow[j + 1]), b), nnz)
