@@ -292,3 +292,40 @@ def test_unstructured_mask_keeps_the_largest_per_row_or_per_matrix():
     assert not unstructured_mask(score, 1.0).any() and unstructured_mask(score, 0.0).all()
     with pytest.raises(ValueError, match="sparsity must be a number in \\[0, 1\\]"):
         unstructured_mask(score, 1.5)
+
+
+@pytest.mark.parametrize("method", ["magnitude", "wanda", "sparsegpt"])
+def test_sparsify_unstructured(method):
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(vocab_size=256, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    model = transformers.LlamaForCausalLM(config).eval()
+    dense = {fqn: m.weight.detach().clone() for fqn, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+    calib = [torch.randint(0, 256, (2, 32)) for _ in range(2)] if method != "magnitude" else None
+    nmspmm.sparsify_(model, sparsity=0.75, method=method, calibration=calib, progress=False)
+    layers = {fqn: m for fqn, m in model.named_modules() if isinstance(m, nmspmm.CSRLinear)}
+    assert len(layers) == 14 and type(model.lm_head) is torch.nn.Linear
+    for fqn, layer in layers.items():
+        w = layer.to_dense()
+        assert layer.values.numel() == w.numel() // 4  # 25% kept: per row, or per block of columns
+        if method == "sparsegpt":  # the kept weights are updated (OBS), the pruned ones zero
+            assert not torch.equal(w[w != 0], dense[fqn][w != 0])
+        else:  # the kept weights are the dense ones, the best of each row
+            assert torch.equal(w[w != 0], dense[fqn][w != 0])
+            assert ((w != 0).sum(1) == w.shape[1] // 4).all()
+    report = nmspmm.sparsify_report(model)
+    assert "unstructured 75% (CSR)" in str(report) and report.sparse_bytes < report.dense_bytes
+    ids = torch.randint(0, 256, (1, 16))
+    assert torch.isfinite(model(ids).logits).all()
+
+
+def test_sparsify_unstructured_argument_checks():
+    model = torch.nn.Sequential()
+    with pytest.raises(ValueError, match="not both"):
+        nmspmm.sparsify_(model, 2, 4, 1, sparsity=0.5)
+    with pytest.raises(ValueError, match="sparsity must be a number in \\[0, 1\\)"):
+        nmspmm.sparsify_(model, sparsity=1.0)
+    with pytest.raises(ValueError, match="does not apply to unstructured"):
+        nmspmm.sparsify_(model, sparsity=0.5, permute=True)
+    with pytest.raises(TypeError, match="needs the pattern"):
+        nmspmm.sparsify_(model, 2, 4)
