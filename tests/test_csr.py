@@ -329,3 +329,18 @@ def test_sparsify_unstructured_argument_checks():
         nmspmm.sparsify_(model, sparsity=0.5, permute=True)
     with pytest.raises(TypeError, match="needs the pattern"):
         nmspmm.sparsify_(model, 2, 4)
+
+
+def test_csr_linear_compiles_fullgraph(device):
+    # torch.compile sees csr_spmm through its fake kernel: no graph break, same result; on the GPU
+    # also under CUDA graphs (mode="reduce-overhead": the kernel allocates and syncs nothing).
+    torch._dynamo.reset()
+    layer = nmspmm.CSRLinear.from_dense(torch.nn.Linear(96, 40).to(device), sparsity=0.8)
+    mod = torch.nn.Sequential(torch.nn.Linear(96, 96).to(device), layer).eval()
+    mode = {"mode": "reduce-overhead"} if device == "cuda" else {"backend": "aot_eager"}
+    compiled = torch.compile(mod, fullgraph=True, **mode)
+    with torch.no_grad():
+        for m in (1, 7, 1):
+            x = torch.randn(m, 96, device=device)
+            torch.testing.assert_close(compiled(x).clone(), mod(x), rtol=1e-4, atol=1e-4)
+    torch._dynamo.reset()
