@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from ._ops import cuda_kernels_built, ops
+from .pruning import unstructured_mask
 
 _FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 _INDEX_LIMIT = 2**31 - 1  # int32 indices
@@ -130,7 +131,6 @@ class CSRWeight:
         if mask is None:
             if sparsity is None:
                 raise ValueError("nmspmm.CSRWeight.from_dense: give a mask or a sparsity")
-            from .pruning import unstructured_mask
             mask = unstructured_mask(weight.abs(), sparsity)
         elif sparsity is not None:
             raise ValueError("nmspmm.CSRWeight.from_dense: give a mask or a sparsity, not both")

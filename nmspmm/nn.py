@@ -33,6 +33,7 @@ from torch import nn
 
 from ._ops import ops
 from . import pruning
+from .csr import CSRLinear
 from .format import NMWeight, _check_device, _check_pattern, _trusted
 from .pruning import DEFAULT_TARGETS
 
@@ -479,7 +480,6 @@ def sparsify_(model: nn.Module, N: Optional[int] = None, M: Optional[int] = None
     ``nmspmm.pruning.prune_linears`` (sequential, permute, blocksize, percdamp, device, progress).
     """
     from . import hf
-    from .csr import CSRLinear
     unstructured = sparsity is not None
     if unstructured:
         if (N, M, L) != (None, None, None) or patterns is not None:
