@@ -218,8 +218,8 @@ def _extension():
         # Op bindings are plain C++ (g++): no torch host code goes through nvcc.
         sources += sorted(glob.glob(os.path.join("csrc", "cuda", "*.cpp")))
         # One folder per kernel family group: f32/ (the fp32 families), half/ (fp16 / bf16),
-        # sparse_tc/ (2:4 on the sparse tensor cores), decode_splitk/ (every dtype), preprocess/;
-        # common/ holds shared device primitives (headers only).
+        # sparse_tc/ (2:4 on the sparse tensor cores), decode_splitk/ (every dtype), preprocess/,
+        # csr/ (unstructured CSR); common/ holds shared device primitives (headers only).
         sources += sorted(glob.glob(os.path.join("csrc", "cuda", "kernels", "*", "*.cu")))
         nvcc = opt + ["-std=c++20", "-lineinfo", "--expt-relaxed-constexpr",
                       "--threads", os.environ.get("NVCC_THREADS", "2")]

@@ -10,7 +10,8 @@ novels (shuffled, cycled when the budget exceeds them). Every row uses the same 
     python benchmarks/quality.py --device cuda --rows dense wanda:16:32:1 sparsegpt:16:32:32 \
         sparsegpt:16:32:32:perm:rec1M
 
-Row syntax: ``dense`` or ``METHOD:N:M:L[:perm][:recTOKENS][:lrLR][:mix=NAME]``:
+Row syntax: ``dense``, ``METHOD:uS`` (unstructured at S% sparsity, CSR layers; one shot; recorded
+as N = 100 - S, M = 100, L = 0) or ``METHOD:N:M:L[:perm][:recTOKENS][:lrLR][:mix=NAME]``:
 
 * ``perm``: zero-cost row permutations before pruning (``permute=True``);
 * ``recTOKENS``: recovery by distillation from the dense model on TOKENS tokens (``250k``,
@@ -174,6 +175,10 @@ def parse_row(row: str) -> dict:
     if row == "dense":
         return spec
     parts = row.split(":")
+    if len(parts) == 2 and parts[1][:1] == "u" and parts[1][1:].isdigit() and 0 < int(parts[1][1:]) < 100:
+        # Unstructured (CSR) at sparsity S%: recorded as N = 100 - S of M = 100, L = 0.
+        spec.update(method=parts[0], N=100 - int(parts[1][1:]), M=100, L=0)
+        return spec
     if len(parts) < 4:
         raise SystemExit(f"bad row {row!r}: expected METHOD:N:M:L[:perm][:recTOKENS][:lrLR][:mix=NAME]")
     spec.update(method=parts[0], N=int(parts[1]), M=int(parts[2]), L=int(parts[3]))
@@ -284,17 +289,23 @@ def target_layers(model, N: int, M: int, L: int, patterns):
 
 def check_masked(model, layers, masks) -> str:
     """Every pruned weight is exactly ``decompress(compress(weight, mask))`` (so NMLinear holds
-    the same weight) and zero off its mask; returns a note."""
+    the same weight; for unstructured layers, the CSR weight's ``to_dense``) and zero off its mask;
+    returns a note."""
     import torch
     import nmspmm
     mods = dict(model.named_modules())
-    for fqn, (N, M, L) in layers.items():
+    for fqn, pattern in layers.items():
         w = mods[fqn].weight.detach().cpu()
         m = masks[fqn].cpu()
-        vw = nmspmm.compress(w, N, M, L, mask=m)
-        if not torch.equal(nmspmm.decompress(vw), w):
+        if isinstance(pattern, float):
+            back = nmspmm.CSRWeight.from_dense(w, mask=m).to_dense()
+        else:
+            back = nmspmm.decompress(nmspmm.compress(w, *pattern, mask=m))
+        if not torch.equal(back, w):
             raise RuntimeError(f"quality.py: {fqn}: compress/decompress with its mask does not reproduce the weight")
-    return f"{len(layers)} layers: compress/decompress with the masks reproduce the weights exactly"
+    how = "CSRWeight.from_dense / to_dense" if any(isinstance(p, float) for p in layers.values()) else \
+        "compress/decompress"
+    return f"{len(layers)} layers: {how} with the masks reproduce the weights exactly"
 
 
 def _sync(dev):
@@ -368,8 +379,12 @@ def run_row(row: str, ctx: Context) -> dict:
         t_alloc = time.perf_counter() - t_alloc
         needs_calib = spec["method"] != "magnitude" or spec["permute"]
         kw = dict(permute=spec["permute"], progress=False, true_sequential=ctx.true_sequential, device=dev)
+        unstructured = L == 0
+        if unstructured and (spec["recover_tokens"] or spec["permute"] or spec["mix"]):
+            raise SystemExit(f"row {row!r}: unstructured rows are one shot (no perm, recovery or mix)")
         if ctx.weights == "masked":
-            layers = target_layers(model, N, M, L, patterns)
+            layers = target_layers(model, N, M, L, patterns) if not unstructured else \
+                {fqn: 1.0 - N / M for fqn in target_layers(model, 1, 1, 1, None)}
             if key in ctx.cache:
                 state, masks, info = ctx.cache[key]
                 model.load_state_dict(state)
@@ -396,7 +411,10 @@ def run_row(row: str, ctx: Context) -> dict:
                 kw.update(method=spec["method"], calibration=calib)
             else:
                 kw = {}
-            nmspmm.sparsify_(model, N, M, L, patterns=patterns, **kw)
+            if unstructured:
+                nmspmm.sparsify_(model, sparsity=1.0 - N / M, **kw)
+            else:
+                nmspmm.sparsify_(model, N, M, L, patterns=patterns, **kw)
             _sync(dev)
             out["prune_s"] = time.perf_counter() - t0 + t_alloc
             stats = getattr(model, "_nmspmm_prune_stats", None)
@@ -490,7 +508,8 @@ def write_table(csv_path: str, md_path: str, args, note: str = "") -> None:
              + "val ppl | prune s | recover s | eval s | peak GPU MB | peak RSS MB |",
              "|---|---|---|---|---:|---:|" + ("---:|" if ref else "") + "---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        pat = "dense" if r["method"] == "dense" else f"{r['N']}:{r['M']} L={r['L']}"
+        pat = "dense" if r["method"] == "dense" else f"{r['N']}:{r['M']} L={r['L']}" if int(r["L"]) else \
+            f"unstructured {100 - int(r['N'])}%"
         if r["mix"]:
             pat += f" mix={r['mix']}"
         ppl = float(r["ppl"])

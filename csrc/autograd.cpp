@@ -1,4 +1,5 @@
-// Autograd of nmspmm::spmm and nmspmm::spmm_with_plan, registered in C++ for every backend.
+// Autograd of nmspmm::spmm, nmspmm::spmm_with_plan and nmspmm::csr_spmm, registered in C++ for every
+// backend.
 //
 // The weight is frozen (values and indices are buffers): dL/dx = dL/dy @ W and dL/dbias = the sum
 // of dL/dy over the leading dims, both through registered ops (decompress, matmul), so the
@@ -126,11 +127,74 @@ at::Tensor spmm_with_plan_autograd(const at::Tensor& x, const at::Tensor& values
                             tc_meta);
 }
 
+const auto& csr_spmm_op() {
+  static const auto op = c10::Dispatcher::singleton()
+                              .findSchemaOrThrow("nmspmm::csr_spmm", "")
+                              .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                                const at::Tensor&, int64_t, const OptTensor&)>();
+  return op;
+}
+
+const auto& csr_decompress_op() {
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("nmspmm::csr_decompress", "")
+          .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t)>();
+  return op;
+}
+
+at::Tensor csr_call_below_autograd(const at::Tensor& x, const at::Tensor& crow, const at::Tensor& col,
+                                   const at::Tensor& values, int64_t in_features, const OptTensor& bias) {
+  at::AutoDispatchBelowADInplaceOrView guard;
+  return csr_spmm_op().call(x, crow, col, values, in_features, bias);
+}
+
+// csr_spmm with a frozen CSR weight: dL/dx = dL/dy @ W (W from csr_decompress), dL/dbias the sum
+// of dL/dy over the leading dims.
+struct CsrSpmmFunction : public torch::autograd::Function<CsrSpmmFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& crow, const at::Tensor& col,
+                            const at::Tensor& values, int64_t in_features, const OptTensor& bias) {
+    TORCH_CHECK(!values.requires_grad(),
+                "nmspmm.csr_spmm: gradients for the sparse weight values are not supported; the sparse weight is "
+                "frozen (values.requires_grad must be False)");
+    ctx->save_for_backward({crow, col, values});
+    ctx->saved_data["in_features"] = in_features;
+    ctx->saved_data["has_bias"] = bias.has_value();
+    return csr_call_below_autograd(x, crow, col, values, in_features, bias);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    // One slot per forward argument: x, crow, col, values, in_features, bias.
+    variable_list out(6);
+    const at::Tensor& grad_y = grads[0];
+    if (!grad_y.defined()) return out;
+    const auto saved = ctx->get_saved_variables();
+    if (ctx->needs_input_grad(0)) {
+      const at::Tensor dense =
+          csr_decompress_op().call(saved[0], saved[1], saved[2], ctx->saved_data["in_features"].toInt());
+      out[0] = at::matmul(grad_y, dense);
+    }
+    // needs_input_grad counts tensor inputs only: x, crow, col, values, then bias (when given).
+    if (ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(4)) {
+      const std::vector<c10::SymInt> rows = {c10::SymInt(-1), grad_y.sym_size(-1)};
+      out[5] = grad_y.reshape_symint(rows).sum(0);
+    }
+    return out;
+  }
+};
+
+at::Tensor csr_spmm_autograd(const at::Tensor& x, const at::Tensor& crow, const at::Tensor& col,
+                             const at::Tensor& values, int64_t in_features, const OptTensor& bias) {
+  if (!needs_grad(x, values, bias)) return csr_call_below_autograd(x, crow, col, values, in_features, bias);
+  return CsrSpmmFunction::apply(x, crow, col, values, in_features, bias);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(nmspmm, Autograd, m) {
   m.impl("spmm", &spmm_autograd);
   m.impl("spmm_with_plan", &spmm_with_plan_autograd);
+  m.impl("csr_spmm", &csr_spmm_autograd);
 }
 
 }  // namespace nmspmm

@@ -9,6 +9,7 @@
 #include <tuple>
 #include <vector>
 
+#include "csr_checks.h"
 #include "pattern.h"
 #include "policy.h"
 #include "registry.h"
@@ -119,6 +120,28 @@ std::tuple<std::vector<std::string>, std::vector<int64_t>, std::vector<double>> 
   return {names, splits, us};
 }
 
+// The dense weight [out, in] of an unstructured CSR weight, from fixed-size tensor ops (no
+// synchronization, traceable under torch.compile): each nonzero p lands at (row, col_indices[p]),
+// its row found in crow_indices clamped to [0, nnz] and made non-decreasing; columns outside
+// [0, in) and entries outside [crow[0], crow[out]) are dropped; duplicates are summed. For a validated
+// weight (nmspmm.CSRWeight) this is exactly the matrix csr_spmm multiplies by.
+at::Tensor csr_decompress(const at::Tensor& crow_indices, const at::Tensor& col_indices, const at::Tensor& values,
+                          int64_t in_features) {
+  const int64_t out = check_csr("nmspmm.csr_decompress", crow_indices, col_indices, values, in_features);
+  const int64_t nnz = values.size(0);
+  const at::Tensor crow = std::get<0>(crow_indices.to(at::kLong).clamp(0, nnz).cummax(0));
+  const at::Tensor pos = at::arange(nnz, crow.options());
+  const at::Tensor row = at::searchsorted(crow.slice(0, 1), pos, /*out_int32=*/false, /*right=*/true);
+  const at::Tensor col = col_indices.to(at::kLong);
+  const at::Tensor keep =
+      row.lt(out).logical_and(pos.ge(crow.select(0, 0))).logical_and(col.ge(0)).logical_and(col.lt(in_features));
+  const at::Tensor flat = at::where(keep, row * in_features + col, at::zeros_like(col));
+  const at::Tensor vals = at::where(keep, values, at::zeros_like(values));
+  at::Tensor dense = at::zeros({out * in_features}, values.options());
+  dense.index_put_({flat}, vals, /*accumulate=*/true);
+  return dense.view({out, in_features});
+}
+
 }  // namespace
 
 TORCH_LIBRARY(nmspmm, m) {
@@ -145,6 +168,14 @@ TORCH_LIBRARY(nmspmm, m) {
   m.def(
       "spmm_with_plan(Tensor x, Tensor values, Tensor indices, int N, int M, int L, Tensor? bias, "
       "Tensor? col_info, Tensor? packed_indices, str kernel, int split_k, Tensor? tc_meta=None) -> Tensor");
+  // Unstructured sparse weights in CSR (rows = outputs; crow_indices int32 [out + 1], col_indices
+  // int32 [nnz], values [nnz]): y[..., out] = x[..., in] @ W^T (+ bias), fp32 accumulation. The
+  // index data is validated where a weight enters (nmspmm.CSRWeight); the kernels mask what they
+  // read (a row's range clamped to [0, nnz], columns outside [0, in) skipped).
+  m.def("csr_spmm(Tensor x, Tensor crow_indices, Tensor col_indices, Tensor values, int in_features, "
+        "Tensor? bias=None) -> Tensor");
+  // The dense weight [out, in] of a CSR weight (duplicates summed; masked as csr_spmm masks).
+  m.def("csr_decompress(Tensor crow_indices, Tensor col_indices, Tensor values, int in_features) -> Tensor");
   // The kernel registry (csrc/registry.h): every kernel's name, and what one kernel needs and does.
   m.def("kernels() -> str[]", &kernels_op);
   m.def(
@@ -168,5 +199,7 @@ TORCH_LIBRARY(nmspmm, m) {
       "int num_sms, int max_cluster=16) -> (str[], int[], float[])",
       &spmm_plan_candidates);
 }
+
+TORCH_LIBRARY_IMPL(nmspmm, CompositeImplicitAutograd, m) { m.impl("csr_decompress", &csr_decompress); }
 
 }  // namespace nmspmm

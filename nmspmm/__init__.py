@@ -22,6 +22,7 @@ except (ImportError, OSError) as _e:
 
 from .format import NMWeight, col_info, compress, decompress, prune, spmm  # noqa: E402
 from .nn import NMLinear, sparsify_, sparsify_report  # noqa: E402
+from .csr import CSRLinear, CSRWeight, csr_spmm  # noqa: E402  (unstructured sparsity in CSR)
 from .parallel import parallelize_  # noqa: E402  (tensor parallelism, docs/llama.md)
 from .registry import kernel_info, kernel_supports, kernels, plan_candidates  # noqa: E402
 from . import permute, pruning, recovery  # noqa: E402  (calibrated pruning, permutations, recovery)
@@ -44,7 +45,7 @@ def build_info() -> dict:
 
 __all__ = ["NMWeight", "prune", "compress", "decompress", "col_info", "spmm", "cuda_kernels_built",
            "build_info", "PACK_TILE_N", "PACK_K_BLOCK", "NMLinear", "sparsify_", "sparsify_report",
-           "parallelize_",
+           "parallelize_", "CSRWeight", "CSRLinear", "csr_spmm",
            "pruning", "recovery", "permute", "kernels", "kernel_info", "kernel_supports",
            "plan_candidates"]
 __version__ = _BUILD_INFO["version"] if _BUILD_INFO else "0.1.0"

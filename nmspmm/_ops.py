@@ -1,6 +1,6 @@
 """Loads the compiled op library and registers what lives in Python: the fake (meta) kernels for
-torch.compile. The schemas are in csrc/nmspmm_ops.cpp; autograd of ``spmm`` and ``spmm_with_plan``
-(the input and the bias; the weight is frozen) in csrc/autograd.cpp."""
+torch.compile. The schemas are in csrc/nmspmm_ops.cpp; autograd of ``spmm``, ``spmm_with_plan`` and
+``csr_spmm`` (the input and the bias; the weight is frozen) in csrc/autograd.cpp."""
 from __future__ import annotations
 
 import functools
@@ -191,6 +191,47 @@ def _spmm_fake(x, values, indices, N, M, L, bias=None, col_info=None, packed_ind
 @torch.library.register_fake("nmspmm::spmm_with_plan")
 def _spmm_with_plan_fake(x, values, indices, N, M, L, bias, col_info, packed_indices, kernel, split_k, tc_meta=None):
     return _spmm_fake_impl("spmm_with_plan", x, values, indices, N, M, L, bias, col_info, packed_indices, tc_meta)
+
+
+def _check_csr(op, crow_indices, col_indices, values, in_features):
+    """Mirror of csr_checks.h::check_csr; returns out_features."""
+    torch._check(crow_indices.dim() == 1 and crow_indices.shape[0] >= 1 and crow_indices.dtype == torch.int32,
+                 lambda: f"nmspmm.{op}: crow_indices must be a 1-D int32 tensor of out_features + 1 entries, "
+                 f"got {crow_indices.dtype} {tuple(crow_indices.shape)}")
+    torch._check(col_indices.dim() == 1 and col_indices.dtype == torch.int32,
+                 lambda: f"nmspmm.{op}: col_indices must be a 1-D int32 tensor [nnz], got {col_indices.dtype} "
+                 f"{tuple(col_indices.shape)}")
+    torch._check(values.dim() == 1 and values.dtype in _FLOAT_DTYPES,
+                 lambda: f"nmspmm.{op}: values must be a 1-D float32, float16 or bfloat16 tensor [nnz], got "
+                 f"{values.dtype} {tuple(values.shape)}")
+    torch._check(values.shape[0] == col_indices.shape[0],
+                 lambda: f"nmspmm.{op}: values has {values.shape[0]} entries but col_indices has {col_indices.shape[0]}")
+    torch._check(crow_indices.device == values.device and col_indices.device == values.device,
+                 lambda: f"nmspmm.{op}: crow_indices ({crow_indices.device}), col_indices ({col_indices.device}) "
+                 f"and values ({values.device}) must be on one device")
+    torch._check(0 <= in_features <= 2**31 - 1,
+                 lambda: f"nmspmm.{op}: in_features must be in [0, 2^31 - 1], got {in_features}")
+    return crow_indices.shape[0] - 1
+
+
+@torch.library.register_fake("nmspmm::csr_spmm")
+def _csr_spmm_fake(x, crow_indices, col_indices, values, in_features, bias=None):
+    out = _check_csr("csr_spmm", crow_indices, col_indices, values, in_features)
+    torch._check(x.dim() >= 1, lambda: "nmspmm.csr_spmm: x must have at least one dimension [..., in_features]")
+    torch._check(x.dtype == values.dtype, lambda: f"nmspmm.csr_spmm: x has dtype {x.dtype} but the weight values "
+                 f"have dtype {values.dtype}")
+    torch._check(x.device == values.device, lambda: f"nmspmm.csr_spmm: x is on {x.device} but the weight is on "
+                 f"{values.device}")
+    torch._check(x.shape[-1] == in_features, lambda: f"nmspmm.csr_spmm: x.shape[-1]={x.shape[-1]} does not match "
+                 f"the weight's in_features={in_features}")
+    if bias is not None:
+        torch._check(bias.dim() == 1 and bias.shape[0] == out,
+                     lambda: f"nmspmm.csr_spmm: bias must have shape [{out}], got {tuple(bias.shape)}")
+        torch._check(bias.dtype == x.dtype,
+                     lambda: f"nmspmm.csr_spmm: bias has dtype {bias.dtype} but x has dtype {x.dtype}")
+        torch._check(bias.device == x.device,
+                     lambda: f"nmspmm.csr_spmm: bias is on {bias.device} but x is on {x.device}")
+    return x.new_empty((*x.shape[:-1], out))
 
 
 @functools.lru_cache(maxsize=None)

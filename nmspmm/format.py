@@ -257,11 +257,16 @@ def col_info(packed: NMWeight) -> Tuple[torch.Tensor, torch.Tensor]:
 def spmm(x: torch.Tensor, packed: NMWeight, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
     """``y[..., out] = x[..., in] @ decompress(packed).T (+ bias)`` with fp32 accumulation.
 
+    ``packed`` may also be an unstructured :class:`nmspmm.CSRWeight` (``torch.ops.nmspmm.csr_spmm``).
+
     x may have any leading dims and strides and must share the packed values' dtype and device.
     On CUDA, float16/bfloat16 calls with at least 17 tokens (M in {8, 16, 32, 64}, L in
     {16, 32, 64, 128}, sm_80+) run native tensor-core kernels with fp32 accumulation; other
     float16/bfloat16 calls are computed in float32 and returned in the input dtype.
     """
     _check_device(x, "x")
+    from .csr import CSRWeight
+    if isinstance(packed, CSRWeight):
+        return ops.csr_spmm(x, packed.crow_indices, packed.col_indices, packed.values, packed.in_features, bias)
     return ops.spmm(x, packed.values, packed.indices, packed.N, packed.M, packed.L, bias,
                     packed.col_info, packed.packed_indices, packed.tc_meta)

@@ -13,10 +13,14 @@ so that:
 * ``save_pretrained`` writes ``quantization_config = {"quant_method": "nmspmm", "format": 1,
   "layers": {fqn: [N, M, L]}, "N", "M", "L" (when every layer shares one pattern)}`` into
   ``config.json``, and each sparse layer's ``values``, ``indices``, ``bias`` and ``_extra_state``
-  plus a zero-size ``<fqn>.weight`` marker into the safetensors files;
+  plus a zero-size ``<fqn>.weight`` marker into the safetensors files. Unstructured
+  ``CSRLinear`` layers (``sparsify_(model, sparsity=s)``) are listed as ``["csr"]`` with their
+  ``crow_indices``, ``col_indices``, ``values`` and ``bias``, in format 2 (which a reader of
+  format 1 refuses by number);
 * ``from_pretrained`` (any ``dtype``, ``device_map``, sharded or not) builds the recorded layers as
-  empty ``NMLinear`` modules before the weights load, checks that the checkpoint holds every one
-  of their tensors, and validates the indices after loading.
+  empty ``NMLinear`` / ``CSRLinear`` modules before the weights load (CSR buffers sized from the
+  safetensors headers), checks that the checkpoint holds every one of their tensors, and validates
+  the indices after loading.
 
 Without nmspmm, transformers does not know the method and would build dense ``nn.Linear`` layers
 with random weights; the zero-size ``<fqn>.weight`` marker makes that load fail with a size
@@ -42,7 +46,9 @@ __all__ = ["QUANT_METHOD", "FORMAT", "SUPPORTED_TRANSFORMERS", "check_transforme
            "save_pretrained", "from_pretrained", "NMSpmmConfig", "NMSpmmHfQuantizer"]
 
 QUANT_METHOD = "nmspmm"
-FORMAT = 1
+FORMAT = 1       # N:M layers only
+FORMAT_CSR = 2   # also unstructured CSR layers, listed as ["csr"]
+CSR = "csr"
 # [lowest, first unsupported) release of transformers whose HfQuantizer hooks this module uses
 # (preprocess_model -> _process_model_before_weight_loading(checkpoint_files=...),
 # get_state_dict_and_metadata on save, set_extra_state on load).
@@ -58,15 +64,42 @@ def _version_tuple(text: str):
 
 
 def _layers(model: nn.Module) -> Dict[str, list]:
-    return {fqn: [m.N, m.M, m.L] for fqn, m in model.named_modules() if isinstance(m, NMLinear)}
+    """{fqn: [N, M, L]} of the NMLinear layers and {fqn: ["csr"]} of the CSRLinear layers."""
+    from .csr import CSRLinear
+
+    layers = {}
+    for fqn, m in model.named_modules():
+        if isinstance(m, NMLinear):
+            layers[fqn] = [m.N, m.M, m.L]
+        elif isinstance(m, CSRLinear):
+            layers[fqn] = [CSR]
+    return layers
 
 
 def _config_dict(layers: Dict[str, list]) -> dict:
-    qc = {"quant_method": QUANT_METHOD, "format": FORMAT, "layers": dict(sorted(layers.items()))}
+    # Format 1 holds N:M layers only; a checkpoint with CSR layers is format 2, which a reader of
+    # format 1 refuses by its number instead of misreading.
+    fmt = FORMAT_CSR if any(p == [CSR] for p in layers.values()) else FORMAT
+    qc = {"quant_method": QUANT_METHOD, "format": fmt, "layers": dict(sorted(layers.items()))}
     patterns = {tuple(p) for p in layers.values()}
-    if len(patterns) == 1:
+    if len(patterns) == 1 and len(next(iter(patterns))) == 3:
         (qc["N"], qc["M"], qc["L"]), = patterns
     return qc
+
+
+def _checkpoint_shapes(checkpoint_files, names) -> Dict[str, list]:
+    """The shapes of the tensors ``names`` in the checkpoint's safetensors files (read from the
+    headers; absent names are left out)."""
+    from safetensors import safe_open
+
+    shapes = {}
+    for path in checkpoint_files or []:
+        if not str(path).endswith(".safetensors"):
+            continue
+        with safe_open(str(path), "pt") as f:
+            for name in set(f.keys()) & set(names):
+                shapes[name] = list(f.get_slice(name).get_shape())
+    return shapes
 
 
 def _checkpoint_keys(checkpoint_files) -> Optional[set]:
@@ -95,13 +128,18 @@ def _define():
         def __init__(self, layers=None, format=FORMAT, N=None, M=None, L=None, **kwargs):
             self.quant_method = QUANT_METHOD
             self.format = int(format)
-            self.layers = {str(k): [int(v) for v in p] for k, p in (layers or {}).items()}
-            for fqn, p in self.layers.items():
-                if len(p) != 3:
-                    raise ValueError(f"nmspmm: quantization_config.layers[{fqn!r}] must be [N, M, L], got {p}")
-            if self.format != FORMAT:
+            if self.format not in (FORMAT, FORMAT_CSR):
                 raise ValueError(f"nmspmm: checkpoint format {self.format} is not supported (this nmspmm "
-                                 f"reads format {FORMAT}); upgrade nmspmm")
+                                 f"reads formats {FORMAT} and {FORMAT_CSR}); upgrade nmspmm")
+            self.layers = {}
+            for fqn, p in (layers or {}).items():
+                if list(p) == [CSR] and self.format == FORMAT_CSR:
+                    self.layers[str(fqn)] = [CSR]
+                elif len(p) == 3 and all(isinstance(v, int) and not isinstance(v, bool) for v in p):
+                    self.layers[str(fqn)] = [int(v) for v in p]
+                else:
+                    raise ValueError(f"nmspmm: quantization_config.layers[{fqn!r}] must be [N, M, L]"
+                                     + (' or ["csr"]' if self.format == FORMAT_CSR else "") + f", got {p}")
             if N is not None:
                 self.N, self.M, self.L = int(N), int(M), int(L)
             for k in kwargs:
@@ -118,10 +156,15 @@ def _define():
         requires_calibration = True
 
         def _process_model_before_weight_loading(self, model, checkpoint_files=None, **kwargs):
+            from .csr import CSRLinear
+
             layers = self.quantization_config.layers
             keys = _checkpoint_keys(checkpoint_files)
+            csr_names = [f"{fqn}.{t}" for fqn, p in layers.items() if p == [CSR]
+                         for t in ("crow_indices", "col_indices", "values")]
+            shapes = _checkpoint_shapes(checkpoint_files, csr_names) if csr_names else {}
             problems = []
-            for fqn, (N, M, L) in layers.items():
+            for fqn, pattern in layers.items():
                 try:
                     linear = model.get_submodule(fqn)
                 except AttributeError:
@@ -130,14 +173,26 @@ def _define():
                 if not isinstance(linear, nn.Linear):
                     problems.append(f"{fqn}: {type(linear).__name__} is not nn.Linear")
                     continue
-                needed = ["values", "indices"] + (["bias"] if linear.bias is not None else [])
+                csr = pattern == [CSR]
+                needed = (["crow_indices", "col_indices", "values"] if csr else ["values", "indices"]) + \
+                    (["bias"] if linear.bias is not None else [])
                 missing = [f"{fqn}.{t}" for t in needed if keys is not None and f"{fqn}.{t}" not in keys]
+                if csr and keys is None:
+                    missing = [f"{fqn}.{t} (CSR layers load from safetensors checkpoints only)" for t in needed[:1]]
                 if missing:
                     problems.append(f"{fqn}: the checkpoint lacks {', '.join(missing)}")
                     continue
-                new = NMLinear(linear.in_features, linear.out_features, N, M, L,
-                               bias=linear.bias is not None, device=linear.weight.device,
-                               dtype=linear.weight.dtype)
+                if csr:
+                    # The buffers take the checkpoint's sizes (its number of nonzeros) before loading.
+                    new = CSRLinear(linear.in_features, linear.out_features, bias=linear.bias is not None,
+                                    device=linear.weight.device, dtype=linear.weight.dtype)
+                    for t in ("crow_indices", "col_indices", "values"):
+                        buf = new._buffers[t]
+                        new._buffers[t] = torch.empty(shapes[f"{fqn}.{t}"], dtype=buf.dtype, device=buf.device)
+                else:
+                    new = NMLinear(linear.in_features, linear.out_features, *pattern,
+                                   bias=linear.bias is not None, device=linear.weight.device,
+                                   dtype=linear.weight.dtype)
                 parent, _, leaf = fqn.rpartition(".")
                 setattr(model.get_submodule(parent) if parent else model, leaf, new)
             if problems:
@@ -149,16 +204,27 @@ def _define():
             return model
 
         def _process_model_after_weight_loading(self, model, **kwargs):
+            from .csr import CSRLinear, CSRWeight
+
             for fqn, layer in model.named_modules():
                 if isinstance(layer, NMLinear):
                     if layer.values.is_meta or layer.indices.is_meta:
                         raise ValueError(f"nmspmm: {fqn} was not loaded from the checkpoint")
                     layer.rebuild_metadata()  # every index < M and ascending, or a clear error
+                elif isinstance(layer, CSRLinear):
+                    if any(getattr(layer, t).is_meta for t in ("crow_indices", "col_indices", "values")):
+                        raise ValueError(f"nmspmm: {fqn} was not loaded from the checkpoint")
+                    try:  # the index data, checked as where any CSR weight enters
+                        CSRWeight(layer.crow_indices, layer.col_indices, layer.values,
+                                  (layer.out_features, layer.in_features))
+                    except (TypeError, ValueError) as e:
+                        raise ValueError(f"nmspmm: {fqn}: {e}") from None
             return model
 
         def get_state_dict_and_metadata(self, model):
             layers = _layers(model)
             self.quantization_config.layers = {k: list(v) for k, v in layers.items()}
+            self.quantization_config.format = _config_dict(layers)["format"]
             state_dict = dict(model.state_dict())
             for fqn in layers:
                 state_dict[f"{fqn}.weight"] = state_dict[f"{fqn}.values"].new_empty(0)
@@ -220,7 +286,7 @@ def attach(model: nn.Module) -> nn.Module:
     if quantizer is not None and not isinstance(quantizer, NMSpmmHfQuantizer):
         raise ValueError(f"nmspmm: the model is already quantized with "
                          f"{quantizer.quantization_config.quant_method}; nmspmm cannot sparsify it")
-    config = NMSpmmConfig(layers=layers)
+    config = NMSpmmConfig(layers=layers, format=_config_dict(layers)["format"])
     model.config.quantization_config = config
     model.hf_quantizer = NMSpmmHfQuantizer(config, pre_quantized=True)
     model.quantization_method = QUANT_METHOD

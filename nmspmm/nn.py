@@ -26,13 +26,14 @@ import logging
 import sys
 import warnings
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple, Union
 
 import torch
 from torch import nn
 
 from ._ops import ops
 from . import pruning
+from .csr import CSRLinear
 from .format import NMWeight, _check_device, _check_pattern, _trusted
 from .pruning import DEFAULT_TARGETS
 
@@ -395,8 +396,9 @@ class LayerReport:
 
 @dataclass
 class SparsifyReport:
-    """What :func:`sparsify_` did. Bytes count unique parameters + buffers."""
-    pattern: Tuple[int, int, int]
+    """What :func:`sparsify_` did. Bytes count unique parameters + buffers. ``pattern`` is
+    (N, M, L), or the sparsity of unstructured (CSR) layers."""
+    pattern: Union[Tuple[int, int, int], float]
     swapped: List[LayerReport] = field(default_factory=list)
     skipped: List[Tuple[str, str]] = field(default_factory=list)  # (fqn, reason)
     model_bytes_before: int = 0
@@ -415,8 +417,12 @@ class SparsifyReport:
         return sum(r.metadata_bytes for r in self.swapped)
 
     def __str__(self) -> str:
-        N, M, L = self.pattern
-        return (f"nmspmm.sparsify_ {N}:{M} L={L}: swapped {len(self.swapped)} Linear layers "
+        if isinstance(self.pattern, float):
+            what = f"unstructured {self.pattern:.0%} (CSR)"
+        else:
+            N, M, L = self.pattern
+            what = f"{N}:{M} L={L}"
+        return (f"nmspmm.sparsify_ {what}: swapped {len(self.swapped)} Linear layers "
                 f"({self.dense_bytes} B dense -> {self.sparse_bytes} B compressed "
                 f"+ {self.metadata_bytes} B packing metadata), skipped {len(self.skipped)}; "
                 f"model parameters+buffers {self.model_bytes_before} B -> {self.model_bytes_after} B")
@@ -449,11 +455,15 @@ def _tied_linears(model: nn.Module) -> set:
     return tied
 
 
-def sparsify_(model: nn.Module, N: int, M: int, L: int,
+def sparsify_(model: nn.Module, N: Optional[int] = None, M: Optional[int] = None, L: Optional[int] = None,
               filter_fn: Optional[Callable[[nn.Module, str], bool]] = None, *,
-              empty: bool = False, method: Optional[str] = None, calibration=None,
-              patterns=None, **prune_kwargs) -> nn.Module:
+              sparsity: Optional[float] = None, empty: bool = False, method: Optional[str] = None,
+              calibration=None, patterns=None, **prune_kwargs) -> nn.Module:
     """Replace ``nn.Linear`` layers of ``model`` in place by :class:`NMLinear` and return ``model``.
+
+    With ``sparsity=s`` instead of ``N, M, L`` the layers become unstructured
+    :class:`nmspmm.CSRLinear` layers at sparsity s (magnitude and Wanda keep the best entries of
+    each row, SparseGPT those of each block of columns; ``patterns`` does not apply).
 
     filter_fn(module, fqn) -> bool picks the layers (default: leaf name in ``DEFAULT_TARGETS``).
     lm_head (the model's output embedding), embeddings and Linears whose weight is tied to another
@@ -470,7 +480,21 @@ def sparsify_(model: nn.Module, N: int, M: int, L: int,
     ``nmspmm.pruning.prune_linears`` (sequential, permute, blocksize, percdamp, device, progress).
     """
     from . import hf
-    _check_pattern(N, M, L)
+    unstructured = sparsity is not None
+    if unstructured:
+        if (N, M, L) != (None, None, None) or patterns is not None:
+            raise ValueError("nmspmm.sparsify_: give N, M, L (N:M sparsity) or sparsity= (unstructured), not both; "
+                             "patterns applies to N:M only")
+        if not isinstance(sparsity, (int, float)) or isinstance(sparsity, bool) or not 0.0 <= sparsity < 1.0:
+            raise ValueError(f"nmspmm.sparsify_: sparsity must be a number in [0, 1), got {sparsity!r}")
+        sparsity = float(sparsity)
+        if prune_kwargs.get("permute"):
+            raise ValueError("nmspmm.sparsify_: permute=True permutes rows for N:M vectors; it does not apply to "
+                             "unstructured sparsity")
+    elif None in (N, M, L):
+        raise TypeError("nmspmm.sparsify_: needs the pattern N, M, L (or sparsity= for unstructured sparsity)")
+    else:
+        _check_pattern(N, M, L)
     transformers = sys.modules.get("transformers")
     hf_model = transformers is not None and isinstance(model, transformers.PreTrainedModel)
     if hf_model:
@@ -481,7 +505,7 @@ def sparsify_(model: nn.Module, N: int, M: int, L: int,
         raise ValueError(f"nmspmm.sparsify_: method must be one of {pruning.METHODS}, got {method!r}")
     if method != "magnitude" and calibration is None and not empty:
         raise ValueError(f"nmspmm.sparsify_: method={method!r} needs calibration data")
-    report = SparsifyReport(pattern=(N, M, L), model_bytes_before=_tensor_bytes(model))
+    report = SparsifyReport(pattern=sparsity if unstructured else (N, M, L), model_bytes_before=_tensor_bytes(model))
     never = set()
     get_out = getattr(model, "get_output_embeddings", None)
     if callable(get_out):
@@ -514,15 +538,18 @@ def sparsify_(model: nn.Module, N: int, M: int, L: int,
         if id(mod) in tied:
             report.skipped.append((fqn, "weight is tied to another module"))
             continue
-        pattern = pruning.resolve_pattern(patterns, (N, M, L), fqn, mod)
-        if pattern is None:
-            report.skipped.append((fqn, "kept dense by patterns"))
-            continue
-        _check_pattern(*pattern)
-        problem = _shape_problem(mod.in_features, mod.out_features, pattern[1], pattern[2])
-        if problem:
-            report.skipped.append((fqn, problem))
-            continue
+        if unstructured:
+            pattern = sparsity
+        else:
+            pattern = pruning.resolve_pattern(patterns, (N, M, L), fqn, mod)
+            if pattern is None:
+                report.skipped.append((fqn, "kept dense by patterns"))
+                continue
+            _check_pattern(*pattern)
+            problem = _shape_problem(mod.in_features, mod.out_features, pattern[1], pattern[2])
+            if problem:
+                report.skipped.append((fqn, problem))
+                continue
         if mod.weight.dtype not in _SUPPORTED_DTYPES:
             report.skipped.append((fqn, f"dtype {mod.weight.dtype} is not float32/float16/bfloat16"))
             continue
@@ -534,7 +561,13 @@ def sparsify_(model: nn.Module, N: int, M: int, L: int,
                                              calibration, **prune_kwargs)
         model._nmspmm_prune_stats = stats
     for fqn, mod, pattern in picked_layers:
-        if empty:
+        if unstructured and empty:
+            new = CSRLinear(mod.in_features, mod.out_features, bias=mod.bias is not None, device=mod.weight.device,
+                            dtype=mod.weight.dtype)
+        elif unstructured:
+            mask = masks.get(fqn)
+            new = CSRLinear.from_dense(mod, mask=mask) if mask is not None else CSRLinear.from_dense(mod, pattern)
+        elif empty:
             new = NMLinear(mod.in_features, mod.out_features, *pattern, bias=mod.bias is not None,
                            device=mod.weight.device, dtype=mod.weight.dtype)
         else:
@@ -542,10 +575,14 @@ def sparsify_(model: nn.Module, N: int, M: int, L: int,
         new.train(mod.training)
         replaced[id(mod)] = new
         dense = mod.weight.numel() * mod.weight.element_size()
-        if mod.bias is not None:
-            dense += mod.bias.numel() * mod.bias.element_size()
-        report.swapped.append(LayerReport(fqn, mod.in_features, mod.out_features, dense,
-                                          new.weight_nbytes, new.metadata_nbytes))
+        bias_bytes = 0 if mod.bias is None else mod.bias.numel() * mod.bias.element_size()
+        dense += bias_bytes
+        if unstructured:
+            report.swapped.append(LayerReport(fqn, mod.in_features, mod.out_features, dense,
+                                              new.weight_nbytes + bias_bytes, 0))
+        else:
+            report.swapped.append(LayerReport(fqn, mod.in_features, mod.out_features, dense,
+                                              new.weight_nbytes, new.metadata_nbytes))
 
     # Swap every reference (a module shared under several names is replaced everywhere).
     for fqn, mod in list(model.named_modules(remove_duplicate=False)):
@@ -555,7 +592,8 @@ def sparsify_(model: nn.Module, N: int, M: int, L: int,
 
     if report.skipped:
         listing = "; ".join(f"{fqn} ({why})" for fqn, why in report.skipped)
-        warnings.warn(f"nmspmm.sparsify_: skipped {len(report.skipped)} layer(s) for {N}:{M} L={L}: "
+        what = f"sparsity {sparsity}" if unstructured else f"{N}:{M} L={L}"
+        warnings.warn(f"nmspmm.sparsify_: skipped {len(report.skipped)} layer(s) for {what}: "
                       f"{listing}", stacklevel=2)
     report.model_bytes_after = _tensor_bytes(model)
     model._nmspmm_report = report

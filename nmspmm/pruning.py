@@ -46,7 +46,8 @@ PatternSpec = Union[None, Mapping[str, Optional[Pattern]], Callable[[str, nn.Mod
 
 METHODS = ("magnitude", "wanda", "sparsegpt")
 
-__all__ = ["METHODS", "vw_topk_mask", "magnitude_mask", "wanda_mask", "sparsegpt_prune",
+__all__ = ["METHODS", "vw_topk_mask", "unstructured_mask", "magnitude_mask", "wanda_mask", "sparsegpt_prune",
+           "sparsegpt_prune_unstructured",
            "resolve_pattern", "prune_linears", "PruneStats", "layer_sensitivity", "allocate_patterns",
            "DEFAULT_TARGETS"]
 
@@ -60,6 +61,24 @@ def vw_topk_mask(score: torch.Tensor, N: int, M: int, L: int) -> torch.Tensor:
     keep = s.topk(N, dim=-1).indices
     m = torch.zeros_like(s, dtype=torch.bool).scatter_(-1, keep, True)
     return m.unsqueeze(1).expand(out // L, L, inp // M, M).reshape(out, inp)
+
+
+def unstructured_mask(score: torch.Tensor, sparsity: float, per_row: bool = True) -> torch.Tensor:
+    """Bool mask [out, in] keeping the largest scores: round((1 - sparsity) * in) per row, or, with
+    ``per_row=False``, round((1 - sparsity) * out * in) over the whole matrix; ties keep the lower
+    index."""
+    if not isinstance(sparsity, (int, float)) or isinstance(sparsity, bool) or not 0.0 <= sparsity <= 1.0:
+        raise ValueError(f"nmspmm: sparsity must be a number in [0, 1], got {sparsity!r}")
+    s = score.detach().float()
+    out, inp = s.shape
+    flat = s if per_row else s.reshape(1, -1)
+    keep = round((1.0 - sparsity) * flat.shape[1])
+    mask = torch.zeros_like(flat, dtype=torch.bool)
+    if keep > 0:
+        # Stable descending order: equal scores keep the lower index.
+        order = torch.sort(flat, dim=1, descending=True, stable=True).indices[:, :keep]
+        mask.scatter_(1, order, True)
+    return mask.reshape(out, inp)
 
 
 def magnitude_mask(weight: torch.Tensor, N: int, M: int, L: int) -> torch.Tensor:
@@ -77,16 +96,11 @@ def wanda_mask(weight: torch.Tensor, feature_norm: torch.Tensor, N: int, M: int,
     return vw_topk_mask(weight.detach().float().abs() * feature_norm.float()[None, :], N, M, L)
 
 
-@torch.no_grad()
-def sparsegpt_prune(weight: torch.Tensor, hessian: torch.Tensor, N: int, M: int, L: int,
-                    blocksize: int = 128, percdamp: float = 0.01) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Vector-wise N:M SparseGPT on one layer.
-
-    weight [out, in], hessian [in, in] = sum of x x^T over the calibration inputs (any positive
-    scale). Returns ``(pruned weight, mask)``: the pruned weight (float32, zeros where pruned) has
-    the error of the pruned entries compensated on later columns; mask is bool [out, in],
-    vector-wise N:M. ``blocksize`` is rounded up to a multiple of M.
-    """
+def _sparsegpt(weight: torch.Tensor, hessian: torch.Tensor, blocksize: int, percdamp: float, step: int,
+               select) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The SparseGPT sweep (OBS updates column by column, lazily per block of ``blocksize``
+    columns): at every ``step``-th column of a block, ``select(saliency [out, cols])`` picks the
+    kept entries of the next ``step`` columns (fewer at the block's end)."""
     W = weight.detach().float().clone()
     out, cols = W.shape
     H = hessian.detach().to(device=W.device, dtype=torch.float32).clone()
@@ -104,7 +118,6 @@ def sparsegpt_prune(weight: torch.Tensor, hessian: torch.Tensor, N: int, M: int,
             H.diagonal().add_(damp * 10 ** attempt)
     else:
         raise RuntimeError("nmspmm.sparsegpt_prune: the damped Hessian is not positive definite")
-    blocksize = max(M, -(-blocksize // M) * M)
     mask = torch.zeros(out, cols, dtype=torch.bool, device=W.device)
     for i1 in range(0, cols, blocksize):
         i2 = min(i1 + blocksize, cols)
@@ -114,9 +127,10 @@ def sparsegpt_prune(weight: torch.Tensor, hessian: torch.Tensor, N: int, M: int,
         Hinv1 = Hinv[i1:i2, i1:i2]
         d1 = torch.diag(Hinv1)
         for i in range(i2 - i1):
-            if i % M == 0:
-                sal = W1[:, i:i + M] ** 2 / d1[i:i + M][None, :] ** 2
-                mask[:, i1 + i:i1 + i + M] = vw_topk_mask(sal, N, M, L)
+            if i % step == 0:
+                j = min(i + step, i2 - i1)
+                sal = W1[:, i:j] ** 2 / d1[i:j][None, :] ** 2
+                mask[:, i1 + i:i1 + j] = select(sal)
             w = W1[:, i]
             q = w * mask[:, i1 + i]
             err = (w - q) / d1[i]
@@ -126,6 +140,30 @@ def sparsegpt_prune(weight: torch.Tensor, hessian: torch.Tensor, N: int, M: int,
         W[:, i1:i2] = Q1
         W[:, i2:] -= Err1 @ Hinv[i1:i2, i2:]
     return W, mask
+
+
+@torch.no_grad()
+def sparsegpt_prune(weight: torch.Tensor, hessian: torch.Tensor, N: int, M: int, L: int,
+                    blocksize: int = 128, percdamp: float = 0.01) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Vector-wise N:M SparseGPT on one layer.
+
+    weight [out, in], hessian [in, in] = sum of x x^T over the calibration inputs (any positive
+    scale). Returns ``(pruned weight, mask)``: the pruned weight (float32, zeros where pruned) has
+    the error of the pruned entries compensated on later columns; mask is bool [out, in],
+    vector-wise N:M. ``blocksize`` is rounded up to a multiple of M.
+    """
+    blocksize = max(M, -(-blocksize // M) * M)
+    return _sparsegpt(weight, hessian, blocksize, percdamp, M, lambda sal: vw_topk_mask(sal, N, M, L))
+
+
+@torch.no_grad()
+def sparsegpt_prune_unstructured(weight: torch.Tensor, hessian: torch.Tensor, sparsity: float,
+                                 blocksize: int = 128, percdamp: float = 0.01) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Unstructured SparseGPT on one layer: in each block of ``blocksize`` columns, the entries of
+    lowest saliency w^2 / [H^-1]_cc^2 over the whole block are pruned (``sparsity`` of them; rows
+    may keep different counts), the rest updated as in :func:`sparsegpt_prune`."""
+    return _sparsegpt(weight, hessian, blocksize, percdamp, blocksize,
+                      lambda sal: unstructured_mask(sal, sparsity, per_row=False))
 
 
 # --------------------------------------------------------------------------- pattern lookup
@@ -238,21 +276,28 @@ def _progress(total: int, desc: str, enabled: bool):
 def _prune_one(method: str, module: nn.Linear, pattern: Pattern, H: Optional[torch.Tensor],
                n_tokens: int, blocksize: int, percdamp: float) -> Tuple[torch.Tensor, float]:
     """Prune ``module`` in place (its weight becomes the pruned dense weight); returns (mask,
-    relative output error on the calibration inputs, NaN without them)."""
-    N, M, L = pattern
+    relative output error on the calibration inputs, NaN without them). ``pattern`` is (N, M, L)
+    or, for unstructured pruning, the sparsity (a float): magnitude and Wanda keep the best
+    entries of each row, SparseGPT those of each block of columns."""
     W0 = module.weight.detach()
     dev = H.device if H is not None else W0.device
     Wf = W0.to(dev, torch.float32)
-    if method == "magnitude":
-        mask = magnitude_mask(Wf, N, M, L)
-        Wp = Wf * mask
-    elif method == "wanda":
-        mask = wanda_mask(Wf, torch.diag(H).clamp_min(0).sqrt(), N, M, L)
-        Wp = Wf * mask
-    elif method == "sparsegpt":
-        Wp, mask = sparsegpt_prune(Wf, H, N, M, L, blocksize=blocksize, percdamp=percdamp)
-    else:
+    if method not in METHODS:
         raise ValueError(f"nmspmm: unknown pruning method {method!r}; expected one of {METHODS}")
+    if isinstance(pattern, float):
+        if method == "sparsegpt":
+            Wp, mask = sparsegpt_prune_unstructured(Wf, H, pattern, blocksize=blocksize, percdamp=percdamp)
+        else:
+            score = Wf.abs() if method == "magnitude" else Wf.abs() * torch.diag(H).clamp_min(0).sqrt()[None, :]
+            mask = unstructured_mask(score, pattern)
+            Wp = Wf * mask
+    elif method == "sparsegpt":
+        Wp, mask = sparsegpt_prune(Wf, H, *pattern, blocksize=blocksize, percdamp=percdamp)
+    else:
+        N, M, L = pattern
+        mask = magnitude_mask(Wf, N, M, L) if method == "magnitude" else \
+            wanda_mask(Wf, torch.diag(H).clamp_min(0).sqrt(), N, M, L)
+        Wp = Wf * mask
     err = float("nan")
     if H is not None:
         D = Wf - Wp
@@ -278,7 +323,8 @@ def prune_linears(model: nn.Module, layers: Mapping[str, Pattern], method: str =
                   true_sequential: bool = True, permute: bool = False, blocksize: int = 128,
                   percdamp: float = 0.01, device: Optional[Union[str, torch.device]] = None,
                   progress: bool = True) -> Tuple[Dict[str, torch.Tensor], PruneStats]:
-    """Prune the Linear layers named in ``layers`` (fqn -> (N, M, L)) of ``model`` in place.
+    """Prune the Linear layers named in ``layers`` (fqn -> (N, M, L), or a float: unstructured
+    sparsity) of ``model`` in place.
 
     Each pruned layer's ``weight`` becomes its pruned dense weight (zeros where pruned; for
     ``sparsegpt`` the kept weights are also updated). Returns ``({fqn: bool mask}, stats)``; the
@@ -293,6 +339,9 @@ def prune_linears(model: nn.Module, layers: Mapping[str, Pattern], method: str =
     """
     if method not in METHODS:
         raise ValueError(f"nmspmm: unknown pruning method {method!r}; expected one of {METHODS}")
+    if permute and any(isinstance(p, float) for p in layers.values()):
+        raise ValueError("nmspmm: permute=True permutes rows for N:M vectors; it does not apply to unstructured "
+                         "sparsity")
     t0 = time.perf_counter()
     stats = PruneStats(method=method, layers=dict(layers))
     mods = dict(model.named_modules())

@@ -254,3 +254,49 @@ def test_cuda_round_trip_bf16_native_plans(tmp_path, device_map):
         name, _ = torch.ops.nmspmm.spmm_heuristic(m, layer.out_features, layer.in_features, 16, 32, 32,
                                                   torch.bfloat16, cc[0] * 10 + cc[1], sms, 16)
         assert nmspmm.kernel_info(name).dtype == "bfloat16", (m, name)
+
+
+def csr_layers(model):
+    return {fqn: m.values.numel() for fqn, m in model.named_modules() if isinstance(m, nmspmm.CSRLinear)}
+
+
+@pytest.mark.parametrize("shard", [None, "150KB"], ids=["one-file", "sharded"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_unstructured_csr_round_trip(tmp_path, dtype, shard):
+    # Attention at 80% unstructured (CSR), MLP at 16:32 L=32: both kinds in one checkpoint.
+    model = tiny_llama(dtype=dtype)
+    nmspmm.sparsify_(model, sparsity=0.8, filter_fn=lambda m, fqn: ".self_attn." in fqn)
+    nmspmm.sparsify_(model, 16, 32, 32, filter_fn=lambda m, fqn: ".mlp." in fqn)
+    assert len(csr_layers(model)) == 8 and len(patterns(model)) == 6
+    ids = torch.randint(0, 512, (2, 12))
+    expected = logits(model, ids)
+    model.save_pretrained(str(tmp_path), **({"max_shard_size": shard} if shard else {}))
+    qc = json.load(open(tmp_path / "config.json"))["quantization_config"]
+    assert qc["format"] == 2
+    assert sorted(k for k, v in qc["layers"].items() if v == ["csr"]) == sorted(csr_layers(model))
+    loaded = AutoModelForCausalLM.from_pretrained(str(tmp_path))
+    assert csr_layers(loaded) == csr_layers(model) and patterns(loaded) == patterns(model)
+    for fqn, n in csr_layers(model).items():
+        a, b = model.get_submodule(fqn), loaded.get_submodule(fqn)
+        for t in ("crow_indices", "col_indices", "values"):
+            assert torch.equal(getattr(a, t), getattr(b, t)), (fqn, t)
+    assert torch.equal(logits(loaded, ids), expected)
+
+
+def test_n_m_only_checkpoints_stay_format_1(tmp_path):
+    nmspmm.sparsify_(tiny_llama(), 16, 32, 32).save_pretrained(str(tmp_path))
+    assert json.load(open(tmp_path / "config.json"))["quantization_config"]["format"] == 1
+
+
+def test_corrupted_csr_indices_are_refused(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    nmspmm.sparsify_(tiny_llama(), sparsity=0.9).save_pretrained(str(tmp_path))
+    path = str(tmp_path / "model.safetensors")
+    tensors = load_file(path)
+    key = "model.layers.1.mlp.down_proj.col_indices"
+    tensors[key] = tensors[key].clone()
+    tensors[key][5] = 10**6  # past in_features
+    save_file(tensors, path, metadata={"format": "pt"})
+    with pytest.raises(ValueError, match=r"down_proj.*col_indices must be in"):
+        AutoModelForCausalLM.from_pretrained(str(tmp_path))

@@ -53,6 +53,11 @@ def test_parse_row_and_tokens():
     assert Q.parse_row("wanda:2:4:1:lr=auto:rec2k")["lr"] == "auto"
     with pytest.raises(SystemExit):
         Q.parse_row("sparsegpt:16:32:32:bogus")
+    u = Q.parse_row("sparsegpt:u75")  # unstructured: N of M = 100 kept, L = 0
+    assert (u["method"], u["N"], u["M"], u["L"]) == ("sparsegpt", 25, 100, 0)
+    for bad in ("sparsegpt:u0", "sparsegpt:u100", "sparsegpt:ux"):
+        with pytest.raises(SystemExit):
+            Q.parse_row(bad)
 
 
 def test_recovery_windows_cycle_and_budget():

@@ -8,8 +8,8 @@
 #             cuBLAS's own kernels (nvjet_*, which the expansion plans call): its row counts the hazards
 #             in nmspmm's kernels apart from those. Filtering nvjet out with --kernel-name-exclude
 #             makes the CUDA 13.0 compute-sanitizer fail with an internal error, so nothing is filtered
-#   fuzz      tools/gpu_fuzz.py: 10,000 random configurations + corrupted-index, corrupted-col_info
-#             and non-finite-x cases against fp64 references
+#   fuzz      tools/gpu_fuzz.py: 10,000 random configurations + corrupted-index, -col_info and
+#             -tc_meta and non-finite-x cases against fp64 references
 #   fuzzmem   the same harness on small shapes under compute-sanitizer memcheck, every tensor its own
 #             allocation (PYTORCH_NO_CUDA_MEMORY_CACHING=1)
 #   bench100  the committed benchmark: the 100 NM-SpMM points, nmspmm fp32 and bf16 against cuBLAS

@@ -23,7 +23,10 @@ Corruption cases (docs/format.md, "Validation" and "Masking guarantee"):
   * a 2:4 tc_meta that does not describe the indices (stale, or random bits): the sparse_tc plans
     give the product with the weight it describes wherever its pairs are defined (the other
     vectors' outputs are unspecified and only checked to be finite);
-  * NaN / Inf at random positions of x: every plan gives the product over the kept positions only.
+  * NaN / Inf at random positions of x: every plan gives the product over the kept positions only;
+  * unstructured CSR weights: random ones (uniform, heavy-tailed, empty and dense rows) against the
+    fp64 product; corrupted row pointers or columns refused by CSRWeight and CSRLinear's load, and
+    the raw csr_spmm equal to the CPU reference's masked product.
 Under compute-sanitizer memcheck with PYTORCH_NO_CUDA_MEMORY_CACHING=1 (every tensor its own
 allocation) a clean run means no access outside any input; the value checks above cover the reads
 that stay inside shared memory or another live allocation, which memcheck cannot see.
@@ -205,6 +208,96 @@ def sync_or_die(what):
     except RuntimeError as e:  # a device fault poisons the context: stop here
         print(f"gpu_fuzz: CUDA error after {what}: {e}", flush=True)
         raise SystemExit(2)
+
+
+# -------------------------------------------------------------------------- unstructured CSR cases
+def draw_csr(rnd, gen, out, inp, dtype):
+    """A random CSR weight: uniform, heavy-tailed rows, or rows that are empty or dense."""
+    kind = rnd.choice(["uniform", "heavy", "empty-and-dense"])
+    density = rnd.choice([0.0, 0.001, 0.01, 0.1, 0.5, 1.0])
+    if kind == "uniform":
+        mask = torch.rand(out, inp, device=DEVICE, generator=gen) < density
+    elif kind == "heavy":
+        frac = torch.rand(out, 1, device=DEVICE, generator=gen) ** 6
+        mask = torch.rand(out, inp, device=DEVICE, generator=gen) < frac
+    else:
+        rows = torch.rand(out, 1, device=DEVICE, generator=gen)
+        mask = (rows < 0.1).expand(out, inp) | ((rows > 0.3) & (torch.rand(out, inp, device=DEVICE, generator=gen) < density))
+    weight = torch.randn(out, inp, device=DEVICE, generator=gen).to(dtype)
+    return nmspmm.CSRWeight.from_dense(weight, mask=mask), kind
+
+
+def run_csr_case(i, rnd, gen, tally, small):
+    """Unstructured CSR: a random weight and x (layouts as above, bias or none) through
+    nmspmm.spmm, against the fp64 product with the weight scattered entry by entry."""
+    out = rnd.randint(1, 300 if small else 1500)
+    inp = rnd.randint(1, 400 if small else 3000)
+    dtype = rnd.choice(DTYPES)
+    m = rnd.choice([0, 1, 2, 3, 5, 8, 9, 16, 17, rnd.randint(1, 64 if small else 600)])
+    w, kind = draw_csr(rnd, gen, out, inp, dtype)
+    x, layout = draw_x(rnd, m, inp, dtype, gen)
+    bias = torch.randn(out, device=DEVICE, generator=gen).to(dtype) if rnd.random() < 0.5 else None
+    crow, col = w.crow_indices.long(), w.col_indices.long()
+    rows = torch.repeat_interleave(torch.arange(out, device=DEVICE), crow[1:] - crow[:-1])
+    dense = torch.zeros(out, inp, dtype=torch.float64, device=DEVICE)
+    dense.index_put_((rows, col), w.values.double(), accumulate=True)
+    ref, scale = reference(x, dense, bias)
+    desc = f"csr case {i}: m={m} out={out} in={inp} nnz={w.nnz} {kind} {str(dtype)[6:]} {layout} bias={bias is not None}"
+    try:
+        y = nmspmm.spmm(x, w, bias)
+        sync_or_die(desc)
+        ok, ratio = check_close(y, ref, scale, dtype)
+        tally.add("csr: random", "pass" if ok else "fail", ratio, f"{desc} err/tol={ratio:.3g}")
+    except RuntimeError as e:
+        tally.add("csr: random", "fail", note=f"{desc}: raised {str(e)[:200]}")
+
+
+def run_corrupt_csr_case(i, rnd, gen, tally, small):
+    """Corrupted CSR index data: CSRWeight and CSRLinear.load_state_dict refuse it; the raw op
+    reads nothing outside its inputs and gives the masked product the CPU reference defines (a
+    row's range clamped to [0, nnz], columns outside [0, in) skipped)."""
+    out, inp = rnd.randint(1, 200), rnd.randint(1, 300)
+    dtype = rnd.choice(DTYPES)
+    w, _ = draw_csr(rnd, gen, out, inp, dtype)
+    crow, col, vals = w.crow_indices.clone(), w.col_indices.clone(), w.values
+    what = rnd.choice(["crow-random", "crow-past-nnz", "crow-decreasing", "col-out-of-range", "col-negative"])
+    if what == "crow-random" or w.nnz == 0 and what.startswith("col"):
+        crow = torch.randint(-50, w.nnz + 50, crow.shape, device=DEVICE, generator=gen, dtype=torch.int32)
+        crow[0] = 1  # never a valid CSR, whatever the rest
+        what = "crow-random"
+    elif what == "crow-past-nnz":
+        crow[rnd.randint(1, out):] += rnd.randint(1, 1000)
+    elif what == "crow-decreasing":
+        j = rnd.randint(1, out)
+        crow[j] = crow[j - 1] - rnd.randint(1, 20)
+    else:
+        p = rnd.randrange(w.nnz)
+        col[p] = rnd.randint(inp, 2**31 - 1) if what == "col-out-of-range" else -rnd.randint(1, 2**31)
+    desc = f"corrupt csr case {i}: {what} out={out} in={inp} nnz={w.nnz} {str(dtype)[6:]}"
+    try:
+        nmspmm.CSRWeight(crow, col, vals, (out, inp))
+        tally.add("corrupt csr: CSRWeight", "fail", note=f"{desc}: accepted")
+    except ValueError:
+        tally.add("corrupt csr: CSRWeight", "pass")
+    layer = nmspmm.CSRLinear(inp, out, bias=False, device=DEVICE, dtype=dtype)
+    try:
+        layer.load_state_dict({"crow_indices": crow, "col_indices": col, "values": vals})
+        tally.add("corrupt csr: load_state_dict", "fail", note=f"{desc}: accepted")
+    except RuntimeError:
+        ok = layer.values.numel() == 0 and bool((layer.crow_indices == 0).all())
+        tally.add("corrupt csr: load_state_dict", "pass" if ok else "fail", note=None if ok else f"{desc}: layer changed")
+    m = rnd.choice([1, 3, 8, 9, 40])
+    x = torch.randn(m, inp, device=DEVICE, generator=gen).to(dtype)
+    cpu = [t.cpu() for t in (crow, col)]
+    ref = ops.csr_spmm(x.float().cpu(), *cpu, vals.float().cpu(), inp).double()
+    scale = ops.csr_spmm(x.float().abs().cpu(), *cpu, vals.float().abs().cpu(), inp).double()
+    try:
+        y = ops.csr_spmm(x, crow, col, vals, inp)
+        sync_or_die(desc)
+        ok, ratio = check_close(y.cpu(), ref, scale, dtype)
+        tally.add("corrupt csr: raw op masked", "pass" if ok else "fail", ratio, f"{desc} err/tol={ratio:.3g}")
+    except RuntimeError as e:
+        tally.add("corrupt csr: raw op masked", "fail", note=f"{desc}: raised {str(e)[:200]}")
 
 
 # ---------------------------------------------------------------------------------- random cases
@@ -576,6 +669,7 @@ def main():
         try:
             run_random_case(i, rnd, gen, tally, kernels, cc, a.small)
             run_sparse_tc_case(i, rnd, gen, tally, kernels, cc, a.small)
+            run_csr_case(i, rnd, gen, tally, a.small)
         except SystemExit:
             raise
         except Exception as e:  # noqa: BLE001 (a Python error is a failed case, not a crash)
@@ -586,7 +680,9 @@ def main():
         for fn, cat in ((run_corrupt_indices_case, "corrupt indices: harness"),
                         (run_corrupt_col_info_case, "corrupt col_info: harness"),
                         (run_corrupt_tc_meta_case, "corrupt tc_meta: harness"),
-                        (run_non_finite_x_case, "non-finite x: harness")):
+                        (run_non_finite_x_case, "non-finite x: harness"),
+                        (lambda i, rnd, gen, tally, kernels, cc, small: run_corrupt_csr_case(i, rnd, gen, tally, small),
+                         "corrupt csr: harness")):
             try:
                 fn(i, rnd, gen, tally, kernels, cc, a.small)
             except SystemExit:
@@ -596,7 +692,7 @@ def main():
     sync_or_die("the last case")
     name = torch.cuda.get_device_name() if DEVICE == "cuda" else "CPU"
     head = (f"gpu_fuzz: {name} (cc {cc}), torch {torch.__version__}, seed {a.seed}, "
-            f"{a.cases} random cases + {corrupt} x 4 corruption / non-finite cases{' (small shapes)' if a.small else ''}, "
+            f"{a.cases} random cases (+ as many CSR) + {corrupt} x 5 corruption / non-finite cases{' (small shapes)' if a.small else ''}, "
             f"{time.time() - t0:.0f} s")
     text = head + "\n" + tally.table() + f"\nfailures: {tally.failed}"
     print(text)

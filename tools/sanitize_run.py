@@ -1,6 +1,7 @@
 """Every kernel (and the preprocessing ops) on a few small shapes with ragged tails, for
 `compute-sanitizer --tool memcheck python tools/sanitize_run.py` (and racecheck/synccheck).
-NMSPMM_SANITIZE_KERNELS=decode_f32_staged_128,... limits the run to those registry kernels."""
+NMSPMM_SANITIZE_KERNELS=decode_f32_staged_128,... limits the run to those registry kernels ("csr": the
+unstructured CSR kernel)."""
 import os
 
 import torch
@@ -23,13 +24,14 @@ major, minor = torch.cuda.get_device_capability()
 cc = major * 10 + minor
 only = os.environ.get("NMSPMM_SANITIZE_KERNELS")
 kernels = only.split(",") if only else nmspmm.kernels()
+registry_kernels = [kn for kn in kernels if kn != "csr"]
 for (m, n, k, N, M, L) in cases + [MULTI_ROUND]:
     multi_round = (m, n, k, N, M, L) == MULTI_ROUND
     w = torch.randn(n, k, device="cuda")
     p = nmspmm.compress(w, N, M, L).with_col_info()
     x = torch.randn(m, k, device="cuda")
     ref = x.double() @ nmspmm.decompress(p).double().t()
-    for kernel in kernels:
+    for kernel in registry_kernels:
         family = nmspmm.kernel_info(kernel).family
         if multi_round and not family.startswith("producer"):
             continue
@@ -53,5 +55,17 @@ for (m, n, k, N, M, L) in cases + [MULTI_ROUND]:
                                    p.packed_indices, kernel, split)
             err = ((y.double() - rk).norm() / rk.norm()).item()
             assert err < tol, (m, n, k, N, M, L, kernel, split, err)
+# The unstructured CSR kernel (outside the registry): "csr" in NMSPMM_SANITIZE_KERNELS, or a full run.
+if only is None or "csr" in kernels:
+    for (m, n, k, density) in [(1, 37, 300, 0.1), (8, 64, 1000, 0.02), (9, 130, 96, 0.5), (70, 33, 2000, 1.0)]:
+        for dt in (torch.float32, torch.float16, torch.bfloat16):
+            mask = torch.rand(n, k, device="cuda") < density
+            mask[::7] = False  # empty rows
+            w = nmspmm.CSRWeight.from_dense(torch.randn(n, k, device="cuda").to(dt), mask=mask)
+            x = torch.randn(m, k, device="cuda").to(dt)
+            y = nmspmm.spmm(x, w)
+            ref = x.double() @ w.to_dense().double().t()
+            err = ((y.double() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+            assert err < (1e-5 if dt == torch.float32 else 1e-2), (m, n, k, density, dt, err)
 torch.cuda.synchronize()
 print("sanitize_run: all kernels ran")

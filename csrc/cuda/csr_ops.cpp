@@ -1,0 +1,54 @@
+// CUDA binding of nmspmm::csr_spmm (unstructured CSR weights): checks the arguments
+// (csrc/csr_checks.h, the CPU reference's messages), views x as [m, in] with unit column stride,
+// allocates y and launches csr_spmm_warp_row (kernels/csr/) on the current stream. Nothing is
+// synchronized and nothing but y is allocated, so the call is CUDA-graph capturable.
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/all.h>
+
+#include "../csr_checks.h"
+#include "kernels/csr/csr_spmm.h"
+
+namespace nmspmm {
+namespace {
+
+kernels::CsrType csr_type(at::ScalarType t) {
+  return t == at::kFloat ? kernels::CsrType::kF32 : t == at::kHalf ? kernels::CsrType::kF16 : kernels::CsrType::kBF16;
+}
+
+at::Tensor csr_spmm_cuda(const at::Tensor& x, const at::Tensor& crow_indices, const at::Tensor& col_indices,
+                         const at::Tensor& values, int64_t in_features, const std::optional<at::Tensor>& bias) {
+  const int64_t out = check_csr_spmm(x, crow_indices, col_indices, values, in_features, bias);
+  const c10::cuda::CUDAGuard guard(x.device());
+  const int64_t m = spmm_rows(x), k = in_features;
+  if (k == 0) return spmm_no_inputs(x, out, bias).reshape(spmm_out_shape(x, out));
+  at::Tensor x2 = x.reshape({m, k});
+  if (x2.stride(1) != 1 || (m > 1 && x2.stride(0) < k)) x2 = x2.contiguous();
+  const at::Tensor crow = crow_indices.contiguous(), col = col_indices.contiguous(), vals = values.contiguous();
+  at::Tensor b;
+  if (bias.has_value()) b = bias->contiguous();
+  at::Tensor y = at::empty({m, out}, x.options());
+  kernels::CsrSpmmParams p{};
+  p.x = x2.data_ptr();
+  p.ldx = m > 1 ? x2.stride(0) : k;
+  p.crow_indices = crow.data_ptr<int32_t>();
+  p.col_indices = col.data_ptr<int32_t>();
+  p.values = vals.data_ptr();
+  p.bias = b.defined() ? b.data_ptr() : nullptr;
+  p.y = y.data_ptr();
+  p.m = m;
+  p.n = out;
+  p.k = k;
+  p.nnz = vals.size(0);
+  p.dtype = csr_type(x.scalar_type());
+  const cudaError_t err = kernels::launch_csr_spmm_warp_row(p, c10::cuda::getCurrentCUDAStream());
+  TORCH_CHECK(err == cudaSuccess, "nmspmm.csr_spmm: kernel csr_spmm_warp_row failed for m=", m, " n=", out,
+              " k=", k, " nnz=", p.nnz, ": ", cudaGetErrorString(err));
+  return y.reshape(spmm_out_shape(x, out));
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(nmspmm, CUDA, m) { m.impl("csr_spmm", &csr_spmm_cuda); }
+
+}  // namespace nmspmm

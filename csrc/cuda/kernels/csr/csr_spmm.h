@@ -1,0 +1,32 @@
+// Unstructured sparse weights in CSR (rows = outputs): y[m, n] = x[m, k] W^T (+ bias), fp32
+// accumulation. Torch-free: pointers, sizes and a stream in, a CUDA error code out.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace nmspmm {
+namespace kernels {
+
+enum class CsrType { kF32, kF16, kBF16 };
+
+struct CsrSpmmParams {
+  const void* x;                 // [m, k], row stride ldx elements, unit column stride
+  int64_t ldx;
+  const int32_t* crow_indices;   // [n + 1]
+  const int32_t* col_indices;    // [nnz]
+  const void* values;            // [nnz], the dtype of x
+  const void* bias;              // [n] or nullptr
+  void* y;                       // [m, n], contiguous
+  int64_t m, n, k, nnz;
+  CsrType dtype;
+};
+
+// One warp per output row and chunk of up to 8 tokens; every index is masked where it is read (a
+// row's range clamped to [0, nnz], columns outside [0, k) skipped), so no content of the index
+// arrays makes the kernel read outside its inputs. cudaErrorInvalidValue for sizes it does not
+// take (n or k beyond 2^31 - 1).
+cudaError_t launch_csr_spmm_warp_row(const CsrSpmmParams& p, cudaStream_t stream);
+
+}  // namespace kernels
+}  // namespace nmspmm
