@@ -17,7 +17,7 @@ Any other load (LDG, LDGSTS, LD, TMA or bulk copies of another form) before the 
 kernel. The split-K decode kernel (spmm_small.cu) and the prefill kernels are not checked.
 
     python tools/check_pdl_loads.py            # the four files above
-    python tools/check_pdl_loads.py --files 'spmm_decode_*.cu'
+    python tools/check_pdl_loads.py --files 'f32/spmm_decode_*.cu'
 
 Needs nvcc and cuobjdump (pip download nvidia-cuda-cuobjdump). Exits 1 if any kernel has another
 load before its first wait, or if a file yields no kernel with a wait (nothing checked)."""
@@ -35,7 +35,7 @@ LOAD = re.compile(r"\b(LDG|LDGSTS|LD|UTMALDG|UBLKCP)\b[.\w]*")
 # The loads of the weight that each kernel family issues before the wait on purpose.
 WEIGHT_F32 = re.compile(r"LDG\.E\.EF\.128|LDG\.E\.U8")  # values (__ldcs, 16 bytes), indices (bytes)
 WEIGHT_HALF = re.compile(r"LDGSTS\.E\.BYPASS\.128|LDG\.E\.U8")  # values (cp.async.cg 16 bytes), indices
-DEFAULT_FILES = "spmm_decode_cluster.cu,spmm_decode_staged.cu,half/decode_half_bf16.cu,half/decode_half_f16.cu"
+DEFAULT_FILES = "f32/spmm_decode_cluster.cu,f32/spmm_decode_staged.cu,half/decode_half_bf16.cu,half/decode_half_f16.cu"
 
 
 def weight_loads(path):
@@ -82,7 +82,7 @@ def main():
             rel = os.path.relpath(f, KERNELS)
             cubin = os.path.join(tmp, rel.replace(os.sep, "_") + ".cubin")
             subprocess.run(["nvcc", f"-gencode=arch=compute_{a.arch[3:]},code={a.arch}", "-O3", "-std=c++17",
-                            "-cubin", "-o", cubin, f], check=True)
+                            "-I", os.path.join(ROOT, "csrc"), "-cubin", "-o", cubin, f], check=True)
             print(f"== {rel}")
             c, b = check(cubin, weight_loads(f))
             if c == 0:
