@@ -1,5 +1,5 @@
 // Torch-free C++ entry points of the preprocessing kernels: prune, compress, decompress and
-// col_info (csrc/cuda/kernels/preprocess.cu). Raw pointers to contiguous row-major buffers,
+// col_info (csrc/cuda/kernels/preprocess/preprocess.cu). Raw pointers to contiguous row-major buffers,
 // int64 sizes, a CUDA stream; each launcher returns the launch status (cudaGetLastError after
 // the launch) or cudaErrorInvalidValue for arguments outside the format. The op binding
 // (csrc/cuda/preprocess_ops.cu) is the only caller.
