@@ -10,17 +10,12 @@ from typing import Optional, Tuple
 import torch
 from torch import nn
 
-from ._ops import cuda_kernels_built, ops
+from ._ops import ops
+from .format import _check_device
 from .pruning import unstructured_mask
 
 _FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 _INDEX_LIMIT = 2**31 - 1  # int32 indices
-
-
-def _check_device(t: torch.Tensor, what: str) -> None:
-    if t.is_cuda and not cuda_kernels_built():
-        raise RuntimeError(f"nmspmm: {what} is a CUDA tensor but this nmspmm build has no CUDA "
-                           "kernels; reinstall with torch+CUDA and nvcc (NMSPMM_BUILD_CUDA=1)")
 
 
 def _trusted(**fields) -> "CSRWeight":
