@@ -18,6 +18,8 @@
 //                              default 64, their whole range), the rest the prefill plans: moves
 //                              the crossover for benchmarks/bench_decode_half.py (a path switch, so
 //                              results change within their tolerances, not bit for bit).
+//   NMSPMM_CSR_WARP_ROW_MAX_M=v unstructured CSR products with m <= v run csr_spmm_warp_row, the
+//                              rest csr_spmm_x_slab (default 16; a path switch like the one above).
 // Torch-free and CUDA-free.
 #pragma once
 #include <cstdlib>
@@ -31,6 +33,7 @@ struct AbSwitches {
   bool bulk_store = true;
   bool tc_tma = true;
   int half_decode_max_m = 64;
+  long csr_warp_row_max_m = 128;
 };
 
 inline const AbSwitches& ab_switches() {
@@ -48,6 +51,10 @@ inline const AbSwitches& ab_switches() {
     if (const char* e = std::getenv("NMSPMM_HALF_DECODE_MAX_M"); e != nullptr && e[0] != '\0') {
       const long v = std::strtol(e, nullptr, 10);
       a.half_decode_max_m = v < 0 ? 0 : v > 64 ? 64 : static_cast<int>(v);
+    }
+    if (const char* e = std::getenv("NMSPMM_CSR_WARP_ROW_MAX_M"); e != nullptr && e[0] != '\0') {
+      const long v = std::strtol(e, nullptr, 10);
+      a.csr_warp_row_max_m = v < 0 ? 0 : v;
     }
     return a;
   }();

@@ -94,16 +94,46 @@ def test_csr_spmm_wide_inputs(dtype, inp, m, device):
     check_product(x, w, None, nmspmm.spmm(x, w))
 
 
-def test_csr_spmm_masks_non_finite_inputs_it_does_not_read(device):
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("out,inp,m,rows", [(96, 300, 40, "uniform"), (70, 1000, 130, "heavy-tailed"),
+                                            (33, 129, 257, "uniform"), (2048, 300, 2200, "uniform")])
+def test_csr_spmm_token_tiles(dtype, out, inp, m, rows, device):
+    # The slab kernel's shapes (m > 128 on the GPU): several input slabs of 128 with a tail, token
+    # tiles of 128 (fp32: 64) with a tail, row blocks of 32 with a tail, and at 2048 x 2200 many blocks.
+    w = random_csr(out, inp, 0.1, dtype, device, rows=rows)
+    x = torch.randn(m, inp).to(dtype).to(device)
+    bias = torch.randn(out).to(dtype).to(device)
+    check_product(x, w, bias, nmspmm.spmm(x, w, bias))
+
+
+@pytest.mark.parametrize("m", [2, 40, 300])
+def test_csr_spmm_sums_unsorted_and_duplicate_columns(m, device):
+    # The op takes column indices in any order and sums repeated ones (CSRWeight stores them sorted
+    # and unique, so this is the raw op's contract). Rows span several input slabs, so a column
+    # behind the current slab is read from the transposed x in global memory.
+    g = torch.Generator().manual_seed(11)
+    out, inp, per_row = 20, 700, 50
+    crow = torch.arange(out + 1) * per_row
+    col = torch.randint(0, inp, (out * per_row,), generator=g)
+    col[5:15] = col[4]  # repeats within row 0
+    vals = torch.randn(out * per_row, generator=g)
+    x = torch.randn(m, inp, generator=g)
+    ref = x.double() @ dense_reference(crow, col, vals, (out, inp)).T
+    y = ops.csr_spmm(x.to(device), crow.int().to(device), col.int().to(device), vals.to(device), inp)
+    torch.testing.assert_close(y.cpu().double(), ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("m", [1, 140])
+def test_csr_spmm_masks_non_finite_inputs_it_does_not_read(m, device):
     # Row 0 keeps input 1 only: a NaN at input 0 must not reach y[:, 0] (the CSR product reads only
     # the stored columns), while it does reach the rows that store input 0.
     dense = torch.zeros(3, 4)
     dense[0, 1], dense[1, 0], dense[2, 3] = 2.0, 1.0, -1.0
     w = nmspmm.CSRWeight.from_dense(dense.to(device), mask=(dense != 0).to(device))
-    x = torch.tensor([[float("nan"), 3.0, 5.0, 7.0]], device=device)
+    x = torch.tensor([[float("nan"), 3.0, 5.0, 7.0]], device=device).expand(m, 4)
     y = nmspmm.spmm(x, w).cpu()
-    assert y[0, 0].item() == 6.0 and y[0, 2].item() == -7.0
-    assert torch.isnan(y[0, 1])
+    assert (y[:, 0] == 6.0).all() and (y[:, 2] == -7.0).all()
+    assert torch.isnan(y[:, 1]).all()
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -186,7 +216,7 @@ def test_csr_weight_refuses_bad_index_data(case, exc, match, device):
     nmspmm.CSRWeight(*_fields(device), (2, 3))  # the unmodified fields are accepted
 
 
-@pytest.mark.parametrize("m", [3, 20])
+@pytest.mark.parametrize("m", [3, 20, 150])
 @pytest.mark.parametrize("case", ["cols-out-of-range", "crow-past-nnz", "crow-decreasing", "crow-negative"])
 def test_csr_spmm_masks_corrupted_indices_like_the_reference(case, m, device):
     # The op itself checks no index data (the weight was checked where it entered); given corrupted

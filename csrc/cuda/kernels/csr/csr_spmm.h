@@ -3,6 +3,7 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace nmspmm {
@@ -27,6 +28,14 @@ struct CsrSpmmParams {
 // arrays makes the kernel read outside its inputs. cudaErrorInvalidValue for sizes it does not
 // take (n or k beyond 2^31 - 1).
 cudaError_t launch_csr_spmm_warp_row(const CsrSpmmParams& p, cudaStream_t stream);
+
+// x transposed into `workspace` (csr_x_slab_tokens(m, element bytes) * k elements of x's dtype),
+// then blocks of 32 rows x 128 tokens (fp32: 64) read it in shared-memory slabs of 128
+// inputs. The same masking as csr_spmm_warp_row; cudaErrorInvalidValue also for nnz >= 2^31 or a
+// null workspace.
+cudaError_t launch_csr_spmm_x_slab(const CsrSpmmParams& p, void* workspace, cudaStream_t stream);
+// Tokens of the transposed x, m rounded up to the block's token count.
+int64_t csr_x_slab_tokens(int64_t m, size_t elem_bytes);
 
 }  // namespace kernels
 }  // namespace nmspmm
