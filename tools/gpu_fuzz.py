@@ -233,7 +233,7 @@ def run_csr_case(i, rnd, gen, tally, small):
     out = rnd.randint(1, 300 if small else 1500)
     inp = rnd.randint(1, 400 if small else 3000)
     dtype = rnd.choice(DTYPES)
-    m = rnd.choice([0, 1, 2, 3, 5, 8, 9, 16, 17, rnd.randint(1, 64 if small else 600)])
+    m = rnd.choice([0, 1, 2, 3, 5, 8, 9, 16, 17, 128, 129, 257, rnd.randint(1, 64 if small else 600)])
     w, kind = draw_csr(rnd, gen, out, inp, dtype)
     x, layout = draw_x(rnd, m, inp, dtype, gen)
     bias = torch.randn(out, device=DEVICE, generator=gen).to(dtype) if rnd.random() < 0.5 else None
@@ -260,8 +260,16 @@ def run_corrupt_csr_case(i, rnd, gen, tally, small):
     dtype = rnd.choice(DTYPES)
     w, _ = draw_csr(rnd, gen, out, inp, dtype)
     crow, col, vals = w.crow_indices.clone(), w.col_indices.clone(), w.values
-    what = rnd.choice(["crow-random", "crow-past-nnz", "crow-decreasing", "col-out-of-range", "col-negative"])
-    if what == "crow-random" or w.nnz == 0 and what.startswith("col"):
+    what = rnd.choice(["crow-random", "crow-past-nnz", "crow-decreasing", "col-out-of-range", "col-negative",
+                       "col-unsorted"])
+    lengths = (crow[1:] - crow[:-1]).cpu()
+    multi = (lengths >= 2).nonzero().flatten().tolist()
+    if what == "col-unsorted" and multi:
+        # A row's last column set to its first: a repeat, and a column behind the slab the kernel
+        # walks when the row spans several.
+        j = rnd.choice(multi)
+        col[int(crow[j + 1]) - 1] = col[int(crow[j])]
+    elif what == "col-unsorted" or what == "crow-random" or w.nnz == 0 and what.startswith("col"):
         crow = torch.randint(-50, w.nnz + 50, crow.shape, device=DEVICE, generator=gen, dtype=torch.int32)
         crow[0] = 1  # never a valid CSR, whatever the rest
         what = "crow-random"
@@ -286,7 +294,7 @@ def run_corrupt_csr_case(i, rnd, gen, tally, small):
     except RuntimeError:
         ok = layer.values.numel() == 0 and bool((layer.crow_indices == 0).all())
         tally.add("corrupt csr: load_state_dict", "pass" if ok else "fail", note=None if ok else f"{desc}: layer changed")
-    m = rnd.choice([1, 3, 8, 9, 40])
+    m = rnd.choice([1, 3, 8, 9, 40, 150, 300])
     x = torch.randn(m, inp, device=DEVICE, generator=gen).to(dtype)
     cpu = [t.cpu() for t in (crow, col)]
     ref = ops.csr_spmm(x.float().cpu(), *cpu, vals.float().cpu(), inp).double()

@@ -1,7 +1,7 @@
 """Every kernel (and the preprocessing ops) on a few small shapes with ragged tails, for
 `compute-sanitizer --tool memcheck python tools/sanitize_run.py` (and racecheck/synccheck).
 NMSPMM_SANITIZE_KERNELS=decode_f32_staged_128,... limits the run to those registry kernels ("csr": the
-unstructured CSR kernel)."""
+unstructured CSR kernels)."""
 import os
 
 import torch
@@ -57,7 +57,8 @@ for (m, n, k, N, M, L) in cases + [MULTI_ROUND]:
             assert err < tol, (m, n, k, N, M, L, kernel, split, err)
 # The unstructured CSR kernel (outside the registry): "csr" in NMSPMM_SANITIZE_KERNELS, or a full run.
 if only is None or "csr" in kernels:
-    for (m, n, k, density) in [(1, 37, 300, 0.1), (8, 64, 1000, 0.02), (9, 130, 96, 0.5), (70, 33, 2000, 1.0)]:
+    for (m, n, k, density) in [(1, 37, 300, 0.1), (8, 64, 1000, 0.02), (9, 130, 96, 0.5), (70, 33, 2000, 1.0),
+                                 (150, 40, 700, 0.1), (300, 70, 300, 0.3)]:
         for dt in (torch.float32, torch.float16, torch.bfloat16):
             mask = torch.rand(n, k, device="cuda") < density
             mask[::7] = False  # empty rows
