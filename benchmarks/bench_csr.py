@@ -3,16 +3,19 @@ would otherwise run: cuBLAS on the dense weight (F.linear, same dtype), torch's 
 (torch.sparse.mm, i.e. cuSPARSE; in fp32 where torch has no 16-bit CSR product on the device) and
 nmspmm's element-wise N:M at about the same density (N:32, L = 1).
 
-Matrices (DLMC-like, built here): Llama layer shapes (out x in) pruned three ways at 50-98%:
+Matrices (DLMC-like, built here): Llama layer shapes (out x in) pruned four ways at 50-98%:
 "magnitude" (the largest |w| of each row: nonzeros spread evenly), "random" (each entry kept with
-probability 1 - s) and "heavy" (nonzeros per row heavy-tailed, as variational dropout leaves them:
-row fractions from a Pareto law scaled to the target, capped at the row). Per cell: microseconds
-per call (CUDA graphs with the weights cycled past L2 for nmspmm and cuBLAS; torch CSR eagerly, its
-calls allocate), speedups, the CSR bytes' GB/s, and the error against an fp32 product with the
-dense weight.
+probability 1 - s), "heavy" (nonzeros per row heavy-tailed, as variational dropout leaves them:
+row fractions from a Pareto law scaled to the target, capped at the row) and "even" (the heavy
+matrix's nonzero count spread evenly, every row the same count: heavy_us / even_us is the load
+balance). Per cell: microseconds per call (CUDA graphs with the weights cycled past L2 for nmspmm
+and cuBLAS; torch CSR eagerly, its calls allocate), speedups, the CSR bytes' GB/s, r (dense bytes
+over CSR bytes) and the fraction of r reached (speedup over cuBLAS / r), and the error against an
+fp32 product with the dense weight.
 
     python benchmarks/bench_csr.py --out DIR            # every cell -> CSV + console
     python benchmarks/bench_csr.py --quick              # 4096 x 4096, m = 1, 256
+    python benchmarks/bench_csr.py --decode             # six Llama layers, m = 1, 8, 16, 70-98%
 """
 from __future__ import annotations
 
@@ -32,16 +35,23 @@ from nmspmm.csr import _trusted as csr_trusted  # noqa: E402
 from nmspmm.format import _trusted as nm_trusted  # noqa: E402
 
 SHAPES = [(4096, 4096), (11008, 4096), (4096, 11008)]
+DECODE_SHAPES = [(n, k) for _, n, k in bdh.SHAPES]  # the six Llama-2-7B / Llama-3-8B layers
 SPARSITIES = [0.5, 0.7, 0.8, 0.9, 0.95, 0.98]
-STRUCTURES = ["magnitude", "random", "heavy"]
+DECODE_SPARSITIES = [0.7, 0.8, 0.9, 0.95, 0.98]
+STRUCTURES = ["magnitude", "random", "heavy", "even"]
 MS = [1, 16, 256, 4096]
+DECODE_MS = [1, 8, 16]
 ROTATE_BYTES = 256e6
 ops = torch.ops.nmspmm
 
 
 def make_mask(structure: str, out: int, inp: int, s: float, g: torch.Generator, w: torch.Tensor) -> torch.Tensor:
+    """The keep-mask of one structure at sparsity s ("even": s is the heavy matrix's own sparsity,
+    every row keeping the same count at random positions)."""
     if structure == "magnitude":
         return nmspmm.pruning.unstructured_mask(w.abs(), s)
+    if structure == "even":
+        return nmspmm.pruning.unstructured_mask(torch.rand(out, inp, generator=g, device=w.device), s)
     if structure == "random":
         return torch.rand(out, inp, generator=g, device=w.device) >= s
     # heavy: row j keeps a fraction f_j ~ Pareto(alpha = 1.5), scaled so that the mean is 1 - s
@@ -87,10 +97,16 @@ def run(args) -> list:
     for (out, inp) in args.shapes:
         w_dense = torch.randn(out, inp, device=dev, generator=g).to(dtype)
         for s in args.sparsities:
+            heavy_density = None
             for structure in args.structures:
-                mask = make_mask(structure, out, inp, s, g, w_dense)
+                # "even" spreads the heavy matrix's nonzeros (drawn just before it) over the rows.
+                s_eff = 1 - heavy_density if structure == "even" and heavy_density is not None else s
+                mask = make_mask(structure, out, inp, s_eff, g, w_dense)
                 w = nmspmm.CSRWeight.from_dense(w_dense, mask=mask)
+                if structure == "heavy":
+                    heavy_density = w.density
                 dense_ref = w.to_dense().float()
+                r = out * inp * w_dense.element_size() / w.nbytes()
                 copies = max(1, int(ROTATE_BYTES // max(1, w.nbytes())))
                 ws = [w] + [clone_csr(w) for _ in range(copies - 1)]
                 dcopies = max(1, int(ROTATE_BYTES // (out * inp * w_dense.element_size())))
@@ -117,7 +133,8 @@ def run(args) -> list:
                         "nm_pattern": f"{N}:{M}:1" if nmws else "", "nm_us": round(t_nm, 2),
                         "over_cublas": round(t_dense / t_csr, 3), "over_torch_csr": round(t_torch / t_csr, 3),
                         "over_nm": round(t_nm / t_csr, 3) if nmws else float("nan"),
-                        "csr_GBps": round(w.nbytes() / t_csr / 1e3, 1), "rel_err": f"{err:.2e}",
+                        "csr_GBps": round(w.nbytes() / t_csr / 1e3, 1), "r": round(r, 2),
+                        "frac_of_r": round(t_dense / t_csr / r, 3), "rel_err": f"{err:.2e}",
                     }
                     rows.append(row)
                     common.log(f"{out:5d}x{inp:<5d} {structure:9s} s={s:.2f} m={m:4d}: csr {t_csr:9.1f} us "
@@ -134,16 +151,21 @@ def main() -> None:
     ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32"))
     ap.add_argument("--m", default=None, help="comma list of token counts")
     ap.add_argument("--sparsities", default=None, help="comma list, e.g. 0.9,0.98")
-    ap.add_argument("--structures", default=",".join(STRUCTURES))
+    ap.add_argument("--structures", default=None, help=f"comma list of {', '.join(STRUCTURES)}")
     ap.add_argument("--no-nm", dest="nm", action="store_false", help="leave out the N:M comparison")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--decode", action="store_true",
+                    help="the decode table: six Llama layers, m = 1, 8, 16, magnitude and heavy rows, 70-98%%")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    args.shapes = SHAPES[:1] if args.quick else SHAPES
-    args.m = [int(v) for v in args.m.split(",")] if args.m else ([1, 256] if args.quick else MS)
-    args.sparsities = [float(v) for v in args.sparsities.split(",")] if args.sparsities else SPARSITIES
-    args.structures = args.structures.split(",")
+    args.shapes = SHAPES[:1] if args.quick else DECODE_SHAPES if args.decode else SHAPES
+    default_m = [1, 256] if args.quick else DECODE_MS if args.decode else MS
+    args.m = [int(v) for v in args.m.split(",")] if args.m else default_m
+    default_s = DECODE_SPARSITIES if args.decode else SPARSITIES
+    args.sparsities = [float(v) for v in args.sparsities.split(",")] if args.sparsities else default_s
+    args.structures = args.structures.split(",") if args.structures else (
+        ["magnitude", "heavy"] if args.decode else STRUCTURES)
     rows = run(args)
     out = args.out or common.default_out_dir("csr")
     os.makedirs(out, exist_ok=True)

@@ -374,3 +374,25 @@ def test_csr_linear_compiles_fullgraph(device):
             x = torch.randn(m, 96, device=device)
             torch.testing.assert_close(compiled(x).clone(), mod(x), rtol=1e-4, atol=1e-4)
     torch._dynamo.reset()
+
+
+def test_bench_csr_structures():
+    # benchmarks/bench_csr.py's matrices: "even" spreads a heavy-tailed matrix's nonzero count over
+    # its rows (the load-balance reference), "magnitude" keeps each row's largest entries.
+    import os
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+    import bench_csr
+
+    g = torch.Generator().manual_seed(3)
+    w = torch.randn(256, 512, generator=g)
+    heavy = bench_csr.make_mask("heavy", 256, 512, 0.9, g, w)
+    rows = heavy.sum(1).float()
+    assert rows.max() > 4 * rows.mean()  # heavy-tailed
+    even = bench_csr.make_mask("even", 256, 512, 1 - heavy.float().mean().item(), g, w)
+    counts = even.sum(1)
+    assert bool((counts == counts[0]).all()) and abs(int(counts.sum()) - int(heavy.sum())) <= 256
+    mag = bench_csr.make_mask("magnitude", 256, 512, 0.9, g, w)
+    kept_min = torch.where(mag, w.abs(), torch.inf).min(1).values
+    dropped_max = torch.where(mag, -torch.inf, w.abs()).max(1).values
+    assert bool((mag.sum(1) == round(512 * 0.1)).all()) and bool((kept_min >= dropped_max).all())
