@@ -7,6 +7,7 @@
 #include <cuda_fp16.h>
 
 #include "cuda/kernels/csr/csr_spmm.h"
+#include "cuda/kernels/csr/csr_values.cuh"
 
 namespace nmspmm {
 namespace kernels {
@@ -16,23 +17,8 @@ constexpr int kWarps = 4;
 constexpr int kUnroll = 4;
 constexpr int64_t kMaxGridY = 65535;
 
-template <typename T>
-__device__ __forceinline__ float to_f32(T v);
-template <>
-__device__ __forceinline__ float to_f32<float>(float v) { return v; }
-template <>
-__device__ __forceinline__ float to_f32<__half>(__half v) { return __half2float(v); }
-template <>
-__device__ __forceinline__ float to_f32<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
-
-template <typename T>
-__device__ __forceinline__ T from_f32(float v);
-template <>
-__device__ __forceinline__ float from_f32<float>(float v) { return v; }
-template <>
-__device__ __forceinline__ __half from_f32<__half>(float v) { return __float2half_rn(v); }
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+using csr::from_f32;
+using csr::to_f32;
 
 template <typename T, int TM>
 __global__ void __launch_bounds__(kWarps * 32) csr_spmm_warp_row(const CsrSpmmParams p) {

@@ -20,6 +20,7 @@
 #include "cuda/kernels/common/cp_async.cuh"
 #include "cuda/kernels/common/smem_limit.h"
 #include "cuda/kernels/csr/csr_spmm.h"
+#include "cuda/kernels/csr/csr_values.cuh"
 
 namespace nmspmm {
 namespace kernels {
@@ -42,32 +43,9 @@ struct SlabShape {
   static constexpr int kTokens = 16 * kTpl;                       // tokens per block (a half-warp's)
 };
 
-template <typename T>
-__device__ __forceinline__ uint32_t raw_bits(T v);
-template <>
-__device__ __forceinline__ uint32_t raw_bits<float>(float v) { return __float_as_uint(v); }
-template <>
-__device__ __forceinline__ uint32_t raw_bits<__half>(__half v) { return __half_as_ushort(v); }
-template <>
-__device__ __forceinline__ uint32_t raw_bits<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat16_as_ushort(v); }
-
-template <typename T>
-__device__ __forceinline__ float bits_f32(uint32_t b);
-template <>
-__device__ __forceinline__ float bits_f32<float>(uint32_t b) { return __uint_as_float(b); }
-template <>
-__device__ __forceinline__ float bits_f32<__half>(uint32_t b) { return __half2float(__ushort_as_half(b & 0xffffu)); }
-template <>
-__device__ __forceinline__ float bits_f32<__nv_bfloat16>(uint32_t b) { return __uint_as_float(b << 16); }
-
-template <typename T>
-__device__ __forceinline__ T from_f32(float v);
-template <>
-__device__ __forceinline__ float from_f32<float>(float v) { return v; }
-template <>
-__device__ __forceinline__ __half from_f32<__half>(float v) { return __float2half_rn(v); }
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+using csr::bits_f32;
+using csr::from_f32;
+using csr::raw_bits;
 
 // The lane's entry q of a row ending at e: its column and value bits, (-1, 0) past the end.
 template <typename T>
