@@ -11,12 +11,15 @@ Each attention block and each MLP is split over the ranks of one process group:
 * q/k/v and gate/up become :class:`ColumnParallelNMLinear`: rank r keeps outputs
   ``[r*out/W, (r+1)*out/W)``, i.e. the columns ``[r*out/W, ...)`` of ``values`` and
   ``[r*out/W/L, ...)`` of ``indices`` (whole L-vectors) and the matching slice of the bias. Their
-  input is the full (replicated) hidden state, so they need no communication.
+  input is the full (replicated) hidden state, so they need no communication. Unstructured and
+  dense projections become :class:`ColumnParallelCSRLinear` (its rows) and
+  :class:`ColumnParallelLinear` (its weight rows).
 * o and down become :class:`RowParallelNMLinear`: rank r keeps inputs ``[r*in/W, (r+1)*in/W)``,
   i.e. the compressed rows ``[r*in/W/M*N, ...)`` of ``values`` and ``indices`` (whole M-windows),
   and the full bias. Its partial product is summed over the ranks by one all-reduce
   (``torch.distributed._functional_collectives.all_reduce``, traceable by ``torch.compile``), and
-  the bias is added once, after the reduction.
+  the bias is added once, after the reduction. :class:`RowParallelCSRLinear` keeps the nonzeros of
+  its input columns (rebased), :class:`RowParallelLinear` its weight columns.
 
 The same split is available as ``torch.distributed.tensor.parallel`` styles for
 ``parallelize_module``: :class:`NMColwiseParallel` and :class:`NMRowwiseParallel` turn one
@@ -43,6 +46,7 @@ import torch
 from torch import nn
 
 from .format import NMWeight
+from .csr import CSRLinear
 from .nn import NMLinear, _spmm
 
 try:
@@ -51,6 +55,7 @@ except ImportError:  # a torch built without torch.distributed: the styles canno
     _ParallelStyle = object
 
 __all__ = ["parallelize_", "check_parallelizable", "from_pretrained", "ColumnParallelNMLinear", "RowParallelNMLinear",
+           "ColumnParallelCSRLinear", "RowParallelCSRLinear", "ColumnParallelLinear", "RowParallelLinear",
            "NMColwiseParallel", "NMRowwiseParallel", "llama_tp_plan"]
 
 _ATTN_COLUMN = ("q_proj", "k_proj", "v_proj")
@@ -93,9 +98,9 @@ class _ReduceFromParallel(torch.autograd.Function):
         return grad, None
 
 
-class ColumnParallelNMLinear(NMLinear):
-    """An :class:`NMLinear` holding one rank's slice of the outputs of a column-parallel layer
-    (``out_features`` is the local count). Its forward is NMLinear's: no communication. With
+class _ColumnParallel:
+    """Shared part of the column-parallel layers: this rank's slice of the outputs
+    (``out_features`` is the local count), forward as the base layer's (no communication); with
     gradients enabled, the input's gradient is summed over ``tp_group`` in the backward."""
 
     tp_rank: int = 0
@@ -111,30 +116,25 @@ class ColumnParallelNMLinear(NMLinear):
         return f"{super().extra_repr()}, tp=column {self.tp_rank}/{self.tp_world}"
 
 
-class RowParallelNMLinear(NMLinear):
-    """An :class:`NMLinear` holding one rank's slice of the inputs of a row-parallel layer
-    (``in_features`` is the local count, ``out_features`` the full one). Forward computes the
-    local partial product, all-reduces it (sum) over ``tp_group`` and then adds the full bias. With
-    gradients enabled the reduction's backward is the identity (Megatron's g): every rank holds the
-    same output and loss."""
+class _RowParallel:
+    """Shared part of the row-parallel layers: this rank's slice of the inputs (``in_features``
+    is the local count, ``out_features`` the full one). Forward computes the local partial
+    product (``_partial``, no bias), all-reduces it (sum) over ``tp_group`` and then adds the full
+    bias. With gradients enabled the reduction's backward is the identity (Megatron's g): every
+    rank holds the same output and loss."""
 
     tp_rank: int = 0
     tp_world: int = 1
     tp_group = None
 
+    def _partial(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.dtype]:
+        raise NotImplementedError
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         from torch.distributed import _functional_collectives as funcol
 
-        buffers = self._buffers
-        values = buffers["values"]
-        x_dtype = x.dtype
-        if x_dtype != values.dtype:
-            if not x.is_floating_point():
-                raise TypeError(f"nmspmm.RowParallelNMLinear: x must be a floating tensor, got {x_dtype}")
-            x = x.to(values.dtype)
         # No bias in the partial products: it would be summed W times.
-        y = _spmm(x, values, buffers["indices"], self.N, self.M, self.L, None,
-                  buffers["col_info"], buffers["packed_indices"], buffers["tc_meta"])
+        y, out_dtype = self._partial(x)
         if torch.is_grad_enabled() and y.requires_grad:
             y = _ReduceFromParallel.apply(y, self.tp_group)
         else:
@@ -142,10 +142,61 @@ class RowParallelNMLinear(NMLinear):
         bias = self._parameters["bias"]
         if bias is not None:
             y = y + bias
-        return y if y.dtype == x_dtype else y.to(x_dtype)
+        return y if y.dtype == out_dtype else y.to(out_dtype)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, tp=row {self.tp_rank}/{self.tp_world}"
+
+
+class ColumnParallelNMLinear(_ColumnParallel, NMLinear):
+    """An :class:`NMLinear` holding one rank's slice of the outputs of a column-parallel layer
+    (whole L-vectors)."""
+
+
+class RowParallelNMLinear(_RowParallel, NMLinear):
+    """An :class:`NMLinear` holding one rank's slice of the inputs of a row-parallel layer (whole
+    M-windows); its partial products are summed over the ranks."""
+
+    def _partial(self, x):
+        buffers = self._buffers
+        values = buffers["values"]
+        x_dtype = x.dtype
+        if x_dtype != values.dtype:
+            if not x.is_floating_point():
+                raise TypeError(f"nmspmm.RowParallelNMLinear: x must be a floating tensor, got {x_dtype}")
+            x = x.to(values.dtype)
+        return _spmm(x, values, buffers["indices"], self.N, self.M, self.L, None, buffers["col_info"],
+                     buffers["packed_indices"], buffers["tc_meta"]), x_dtype
+
+
+class ColumnParallelCSRLinear(_ColumnParallel, CSRLinear):
+    """A :class:`~nmspmm.CSRLinear` holding one rank's rows (outputs) of a column-parallel layer."""
+
+
+class RowParallelCSRLinear(_RowParallel, CSRLinear):
+    """A :class:`~nmspmm.CSRLinear` holding the nonzeros of one rank's inputs of a row-parallel
+    layer (columns rebased to the slice); its partial products are summed over the ranks."""
+
+    def _partial(self, x):
+        return torch.ops.nmspmm.csr_spmm(x, self.crow_indices, self.col_indices, self.values, self.in_features,
+                                         None), x.dtype
+
+
+class ColumnParallelLinear(_ColumnParallel, nn.Linear):
+    """A dense ``nn.Linear`` (a projection ``sparsify_`` kept dense) holding one rank's outputs."""
+
+
+class RowParallelLinear(_RowParallel, nn.Linear):
+    """A dense ``nn.Linear`` holding one rank's inputs; its partial products are summed over the
+    ranks."""
+
+    def _partial(self, x):
+        return nn.functional.linear(x, self.weight), x.dtype
+
+
+_PARALLEL = (ColumnParallelNMLinear, RowParallelNMLinear, ColumnParallelCSRLinear, RowParallelCSRLinear,
+             ColumnParallelLinear, RowParallelLinear)
+_SPLITTABLE = "an NMLinear, a CSRLinear or a dense nn.Linear"
 
 
 def _blocks(model: nn.Module) -> Tuple[list, list]:
@@ -171,12 +222,33 @@ def _head_counts(model: nn.Module, attn: nn.Module) -> Tuple[int, int]:
     return heads, kv_heads
 
 
+def _split_problem(mod: nn.Module, fqn: str, kind: str, world: int) -> Optional[str]:
+    """Why ``mod`` cannot be split ``kind``-wise (``"column"``: its outputs, ``"row"``: its inputs)
+    over ``world`` ranks, or None: N:M layers split in whole L-vectors / M-windows, CSR and dense
+    layers in equal slices."""
+    if not isinstance(mod, (NMLinear, CSRLinear, nn.Linear)):
+        return f"{fqn} is a {type(mod).__name__}, not {_SPLITTABLE}"
+    if kind == "column":
+        unit = mod.L if isinstance(mod, NMLinear) else 1
+        if mod.out_features % (world * unit):
+            return (f"{fqn}: out_features={mod.out_features} is not divisible by world_size x L = {world} x {unit} "
+                    f"(a shard would cut an L-vector)" if unit > 1 else
+                    f"{fqn}: out_features={mod.out_features} is not divisible by world_size={world}")
+    else:
+        unit = mod.M if isinstance(mod, NMLinear) else 1
+        if mod.in_features % (world * unit):
+            return (f"{fqn}: in_features={mod.in_features} is not divisible by world_size x M = {world} x {unit} "
+                    f"(a shard would cut an M-window)" if unit > 1 else
+                    f"{fqn}: in_features={mod.in_features} is not divisible by world_size={world}")
+    return None
+
+
 def check_parallelizable(model: nn.Module, world_size: int) -> None:
     """Raise ``ValueError`` (naming the layer and the sizes) unless :func:`parallelize_` can split
     ``model`` over ``world_size`` ranks: every q/k/v/o/gate/up/down projection is an
-    :class:`NMLinear` (dense projections are refused), ``out % (world_size*L) == 0`` for q/k/v/
-    gate/up, ``in % (world_size*M) == 0`` for o/down, and both head counts divide by
-    ``world_size``. Changes nothing."""
+    :class:`NMLinear`, a :class:`~nmspmm.CSRLinear` or a dense ``nn.Linear``; q/k/v/gate/up's
+    outputs divide by ``world_size`` (N:M: ``world_size*L``), o/down's inputs by ``world_size``
+    (N:M: ``world_size*M``); and both head counts divide by ``world_size``. Changes nothing."""
     if not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"nmspmm.parallelize_: world_size must be a positive int, got {world_size!r}")
     attns, mlps = _blocks(model)
@@ -185,30 +257,15 @@ def check_parallelizable(model: nn.Module, world_size: int) -> None:
                          "(gate/up/down_proj) to split")
     problems: List[str] = []
     for fqn, mod in model.named_modules():
-        if isinstance(mod, (ColumnParallelNMLinear, RowParallelNMLinear)):
+        if isinstance(mod, _PARALLEL):
             raise ValueError(f"nmspmm.parallelize_: {fqn} is already tensor-parallel "
                              f"({type(mod).__name__}); parallelize_ runs once, on the full model")
 
-    def layer(parent_fqn, parent, name):
-        mod = parent._modules[name]
+    def check(parent_fqn, parent, name, kind):
         fqn = f"{parent_fqn}.{name}" if parent_fqn else name
-        if not isinstance(mod, NMLinear):
-            problems.append(f"{fqn} is a dense {type(mod).__name__}, not an NMLinear (only "
-                            f"sparsified projections are split; sparsify_ it first)")
-            return None, fqn
-        return mod, fqn
-
-    def column(parent_fqn, parent, name):
-        mod, fqn = layer(parent_fqn, parent, name)
-        if mod is not None and mod.out_features % (world_size * mod.L):
-            problems.append(f"{fqn}: out_features={mod.out_features} is not divisible by world_size "
-                            f"x L = {world_size} x {mod.L} (a shard would cut an L-vector)")
-
-    def row(parent_fqn, parent, name):
-        mod, fqn = layer(parent_fqn, parent, name)
-        if mod is not None and mod.in_features % (world_size * mod.M):
-            problems.append(f"{fqn}: in_features={mod.in_features} is not divisible by world_size "
-                            f"x M = {world_size} x {mod.M} (a shard would cut an M-window)")
+        problem = _split_problem(parent._modules[name], fqn, kind, world_size)
+        if problem:
+            problems.append(problem)
 
     for fqn, attn in attns:
         heads, kv_heads = _head_counts(model, attn)
@@ -216,37 +273,96 @@ def check_parallelizable(model: nn.Module, world_size: int) -> None:
             problems.append(f"{fqn}: num_attention_heads={heads} and num_key_value_heads={kv_heads} "
                             f"must both be divisible by world_size={world_size} (a shard would cut a head)")
         for name in _ATTN_COLUMN:
-            column(fqn, attn, name)
-        row(fqn, attn, _ATTN_ROW)
+            check(fqn, attn, name, "column")
+        check(fqn, attn, _ATTN_ROW, "row")
     for fqn, mlp in mlps:
         for name in _MLP_COLUMN:
-            column(fqn, mlp, name)
-        row(fqn, mlp, _MLP_ROW)
+            check(fqn, mlp, name, "column")
+        check(fqn, mlp, _MLP_ROW, "row")
     if problems:
         raise ValueError(f"nmspmm.parallelize_: cannot split the model over {world_size} ranks: "
                          + "; ".join(problems))
 
 
-def _column_shard(mod: NMLinear, rank: int, world: int, group) -> ColumnParallelNMLinear:
+def _nm_column_shard(mod: NMLinear, rank: int, world: int) -> ColumnParallelNMLinear:
     out = mod.out_features // world
     lo, hi = rank * out, (rank + 1) * out
     packed = NMWeight(values=mod.values[:, lo:hi].contiguous(),
                       indices=mod.indices[:, lo // mod.L:hi // mod.L].contiguous(),
                       N=mod.N, M=mod.M, L=mod.L, shape=(out, mod.in_features))
     bias = None if mod.bias is None else mod.bias.detach()[lo:hi]
-    shard = ColumnParallelNMLinear.from_packed(packed, bias)
-    shard.tp_rank, shard.tp_world, shard.tp_group = rank, world, group
-    return shard
+    return ColumnParallelNMLinear.from_packed(packed, bias)
 
 
-def _row_shard(mod: NMLinear, rank: int, world: int, group) -> RowParallelNMLinear:
+def _nm_row_shard(mod: NMLinear, rank: int, world: int) -> RowParallelNMLinear:
     local_in = mod.in_features // world
     rows = local_in // mod.M * mod.N  # compressed rows of local_in inputs (whole windows)
     lo, hi = rank * rows, (rank + 1) * rows
     # clone: a row slice is a view that would keep the full tensor alive
     packed = NMWeight(values=mod.values[lo:hi].clone(), indices=mod.indices[lo:hi].clone(),
                       N=mod.N, M=mod.M, L=mod.L, shape=(mod.out_features, local_in))
-    shard = RowParallelNMLinear.from_packed(packed, None if mod.bias is None else mod.bias.detach())
+    return RowParallelNMLinear.from_packed(packed, None if mod.bias is None else mod.bias.detach())
+
+
+def _csr_rows(crow: torch.Tensor, col: torch.Tensor, vals: torch.Tensor, lo: int, hi: int):
+    """The CSR fields of rows [lo, hi) (row pointers rebased to 0)."""
+    b, e = int(crow[lo]), int(crow[hi])
+    return (crow[lo:hi + 1] - b).contiguous(), col[b:e].clone(), vals[b:e].clone()
+
+
+def _csr_columns(crow: torch.Tensor, col: torch.Tensor, vals: torch.Tensor, lo: int, hi: int):
+    """The CSR fields of the entries in columns [lo, hi), columns rebased to 0 (every row kept)."""
+    keep = (col >= lo) & (col < hi)
+    rows = torch.repeat_interleave(torch.arange(crow.numel() - 1, device=crow.device), (crow[1:] - crow[:-1]).long())
+    counts = torch.bincount(rows[keep], minlength=crow.numel() - 1)
+    new_crow = torch.zeros_like(crow)
+    new_crow[1:] = torch.cumsum(counts, 0).to(crow.dtype)
+    return new_crow, (col[keep] - lo).to(col.dtype), vals[keep].clone()
+
+
+def _csr_layer(cls, fields, in_features: int, out_features: int, bias) -> CSRLinear:
+    crow, col, vals = fields
+    layer = cls(in_features, out_features, bias=bias is not None, device=vals.device, dtype=vals.dtype)
+    layer.crow_indices, layer.col_indices, layer.values = crow, col, vals
+    if bias is not None:
+        layer.bias = nn.Parameter(bias.detach().clone())
+    return layer
+
+
+def _column_shard(mod: nn.Module, rank: int, world: int, group) -> nn.Module:
+    if isinstance(mod, NMLinear):
+        shard = _nm_column_shard(mod, rank, world)
+    else:
+        out = mod.out_features // world
+        lo, hi = rank * out, (rank + 1) * out
+        bias = None if mod.bias is None else mod.bias.detach()[lo:hi]
+        if isinstance(mod, CSRLinear):
+            fields = _csr_rows(mod.crow_indices, mod.col_indices, mod.values, lo, hi)
+            shard = _csr_layer(ColumnParallelCSRLinear, fields, mod.in_features, out, bias)
+        else:
+            shard = ColumnParallelLinear(mod.in_features, out, bias=bias is not None, device="meta")
+            shard.weight = nn.Parameter(mod.weight.detach()[lo:hi].clone(), requires_grad=mod.weight.requires_grad)
+            if bias is not None:
+                shard.bias = nn.Parameter(bias.clone())
+    shard.tp_rank, shard.tp_world, shard.tp_group = rank, world, group
+    return shard
+
+
+def _row_shard(mod: nn.Module, rank: int, world: int, group) -> nn.Module:
+    if isinstance(mod, NMLinear):
+        shard = _nm_row_shard(mod, rank, world)
+    else:
+        local_in = mod.in_features // world
+        lo, hi = rank * local_in, (rank + 1) * local_in
+        bias = None if mod.bias is None else mod.bias.detach()
+        if isinstance(mod, CSRLinear):
+            fields = _csr_columns(mod.crow_indices, mod.col_indices, mod.values, lo, hi)
+            shard = _csr_layer(RowParallelCSRLinear, fields, local_in, mod.out_features, bias)
+        else:
+            shard = RowParallelLinear(local_in, mod.out_features, bias=bias is not None, device="meta")
+            shard.weight = nn.Parameter(mod.weight.detach()[:, lo:hi].clone(), requires_grad=mod.weight.requires_grad)
+            if bias is not None:
+                shard.bias = nn.Parameter(bias.clone())
     shard.tp_rank, shard.tp_world, shard.tp_group = rank, world, group
     return shard
 
@@ -291,7 +407,7 @@ def parallelize_(model: nn.Module, mesh_or_group=None) -> nn.Module:
     return model
 
 
-def _shard_layer(old: NMLinear, kind: str, rank: int, world: int, group) -> NMLinear:
+def _shard_layer(old: nn.Module, kind: str, rank: int, world: int, group) -> nn.Module:
     new = _column_shard(old, rank, world, group) if kind == "column" else _row_shard(old, rank, world, group)
     if getattr(old, "_with_col_info", False):
         new.enable_col_info()
@@ -304,8 +420,9 @@ def _shard_layer(old: NMLinear, kind: str, rank: int, world: int, group) -> NMLi
 # ------------------------------------------------------------------ torch.distributed.tensor.parallel
 class _NMStyle(_ParallelStyle):
     """Shared part of the two styles: ``_apply(module, device_mesh)`` turns ``module`` (an
-    :class:`~nmspmm.NMLinear` with the full weight, identical on every rank) into this rank's shard
-    in place, so ``parallelize_module``'s plan dictionaries (which keep the module object) work."""
+    :class:`~nmspmm.NMLinear`, a :class:`~nmspmm.CSRLinear` or a dense ``nn.Linear`` with the full
+    weight, identical on every rank) into this rank's shard in place, so ``parallelize_module``'s
+    plan dictionaries (which keep the module object) work."""
 
     kind = ""
 
@@ -313,19 +430,15 @@ class _NMStyle(_ParallelStyle):
         import torch.distributed as dist
 
         name = type(self).__name__
-        if isinstance(module, (ColumnParallelNMLinear, RowParallelNMLinear)):
+        if isinstance(module, _PARALLEL):
             raise ValueError(f"nmspmm.{name}: the layer is already tensor-parallel ({type(module).__name__})")
-        if not isinstance(module, NMLinear):
-            raise ValueError(f"nmspmm.{name}: expects an NMLinear, got a {type(module).__name__} (use torch's "
-                             f"ColwiseParallel / RowwiseParallel for dense layers)")
+        if not isinstance(module, (NMLinear, CSRLinear, nn.Linear)):
+            raise ValueError(f"nmspmm.{name}: expects {_SPLITTABLE}, got a {type(module).__name__}")
         group = _resolve_group(device_mesh)
         rank, world = dist.get_rank(group), dist.get_world_size(group)
-        if self.kind == "column" and module.out_features % (world * module.L):
-            raise ValueError(f"nmspmm.{name}: out_features={module.out_features} is not divisible by world_size "
-                             f"x L = {world} x {module.L} (a shard would cut an L-vector)")
-        if self.kind == "row" and module.in_features % (world * module.M):
-            raise ValueError(f"nmspmm.{name}: in_features={module.in_features} is not divisible by world_size "
-                             f"x M = {world} x {module.M} (a shard would cut an M-window)")
+        problem = _split_problem(module, "the layer", self.kind, world)
+        if problem:
+            raise ValueError(f"nmspmm.{name}: {problem}")
         with torch.no_grad():
             shard = _shard_layer(module, self.kind, rank, world, group)
         # The plan keeps the module object: it becomes the shard (class, parameters, buffers).
@@ -340,7 +453,7 @@ class _NMStyle(_ParallelStyle):
 
 class NMColwiseParallel(_NMStyle):
     """``parallelize_module`` style: this rank keeps outputs ``[r*out/W, (r+1)*out/W)`` (whole
-    L-vectors) of an NMLinear; input replicated, output sharded on the last dimension, as local
+    L-vectors of an NMLinear; rows of a CSRLinear or a dense Linear); input replicated, output sharded on the last dimension, as local
     tensors (``ColwiseParallel`` with ``use_local_output=True``). No communication."""
 
     kind = "column"
@@ -348,7 +461,8 @@ class NMColwiseParallel(_NMStyle):
 
 class NMRowwiseParallel(_NMStyle):
     """``parallelize_module`` style: this rank keeps inputs ``[r*in/W, (r+1)*in/W)`` (whole
-    M-windows) of an NMLinear; input sharded on the last dimension, partial products summed by one
+    M-windows of an NMLinear; the nonzeros in those columns of a CSRLinear; those columns of a
+    dense Linear); input sharded on the last dimension, partial products summed by one
     all-reduce and the bias added once; a replicated local output (``RowwiseParallel``)."""
 
     kind = "row"
@@ -367,8 +481,9 @@ def llama_tp_plan(prefix: str = "model.layers.*") -> dict:
 
 # ------------------------------------------------------------------------ sharded checkpoint load
 def _shard_plan(model: nn.Module, rank: int, world: int) -> dict:
-    """{fqn: ("column" | "row", lo, hi)} for every projection parallelize_ splits: the output
-    range of a column-parallel layer, the compressed-row range of a row-parallel one."""
+    """{fqn: ("column" | "row", lo, hi)} for every projection parallelize_ splits: the output range
+    of a column-parallel layer; the input range of a row-parallel one, in compressed rows for an
+    N:M layer."""
     plan = {}
     attns, mlps = _blocks(model)
     for blocks, columns, row in ((attns, _ATTN_COLUMN, _ATTN_ROW), (mlps, _MLP_COLUMN, _MLP_ROW)):
@@ -378,20 +493,65 @@ def _shard_plan(model: nn.Module, rank: int, world: int) -> dict:
                 out = mod.out_features // world
                 plan[f"{fqn}.{name}"] = ("column", rank * out, (rank + 1) * out)
             mod = block._modules[row]
-            rows = mod.in_features // world // mod.M * mod.N
-            plan[f"{fqn}.{row}"] = ("row", rank * rows, (rank + 1) * rows)
+            span = mod.in_features // world // mod.M * mod.N if isinstance(mod, NMLinear) else mod.in_features // world
+            plan[f"{fqn}.{row}"] = ("row", rank * span, (rank + 1) * span)
     return plan
 
 
-def _empty_shard(mod: NMLinear, kind: str, world: int, group, rank: int) -> NMLinear:
-    if kind == "column":
-        shard = ColumnParallelNMLinear(mod.in_features, mod.out_features // world, mod.N, mod.M, mod.L,
-                                       bias=mod.bias is not None, device="cpu", dtype=mod.values.dtype)
+def _empty_shard(mod: nn.Module, kind: str, world: int, group, rank: int) -> nn.Module:
+    bias = mod.bias is not None
+    if isinstance(mod, NMLinear):
+        dtype = mod.values.dtype
+        if kind == "column":
+            shard = ColumnParallelNMLinear(mod.in_features, mod.out_features // world, mod.N, mod.M, mod.L,
+                                           bias=bias, device="cpu", dtype=dtype)
+        else:
+            shard = RowParallelNMLinear(mod.in_features // world, mod.out_features, mod.N, mod.M, mod.L,
+                                        bias=bias, device="cpu", dtype=dtype)
     else:
-        shard = RowParallelNMLinear(mod.in_features // world, mod.out_features, mod.N, mod.M, mod.L,
-                                    bias=mod.bias is not None, device="cpu", dtype=mod.values.dtype)
+        dtype = mod.values.dtype if isinstance(mod, CSRLinear) else mod.weight.dtype
+        cls = {(True, "column"): ColumnParallelCSRLinear, (True, "row"): RowParallelCSRLinear,
+               (False, "column"): ColumnParallelLinear, (False, "row"): RowParallelLinear}[
+                   (isinstance(mod, CSRLinear), kind)]
+        inp = mod.in_features if kind == "column" else mod.in_features // world
+        out = mod.out_features // world if kind == "column" else mod.out_features
+        shard = cls(inp, out, bias=bias, device="cpu" if cls in (ColumnParallelCSRLinear, RowParallelCSRLinear)
+                    else "meta", dtype=dtype)
     shard.tp_rank, shard.tp_world, shard.tp_group = rank, world, group
     return shard
+
+
+def _read_shard(get_slice, fqn: str, layer: nn.Module, kind: str, lo: int, hi: int) -> dict:
+    """{name: tensor} of this rank's part of one split layer, read through ``get_slice(key)``
+    (a safetensors slice): the slices of an N:M or dense layer; a CSR layer's rows (only their
+    nonzeros are read) or, row-parallel, its entries in the rank's columns (the whole layer read)."""
+    def full(name):
+        return get_slice(f"{fqn}.{name}")[:]
+
+    out = {}
+    if isinstance(layer, NMLinear):
+        for name in ("values", "indices"):
+            part = get_slice(f"{fqn}.{name}")
+            if kind == "column":
+                out[name] = part[:, lo:hi] if name == "values" else part[:, lo // layer.L:hi // layer.L]
+            else:
+                out[name] = part[lo:hi]
+    elif isinstance(layer, CSRLinear):
+        if kind == "column":
+            crow = get_slice(f"{fqn}.crow_indices")[lo:hi + 1]
+            b, e = int(crow[0]), int(crow[-1])
+            out["crow_indices"] = crow - b
+            out["col_indices"] = get_slice(f"{fqn}.col_indices")[b:e]
+            out["values"] = get_slice(f"{fqn}.values")[b:e]
+        else:
+            fields = _csr_columns(full("crow_indices"), full("col_indices"), full("values"), lo, hi)
+            out.update(zip(("crow_indices", "col_indices", "values"), fields))
+    else:
+        part = get_slice(f"{fqn}.weight")
+        out["weight"] = part[lo:hi] if kind == "column" else part[:, lo:hi]
+    if layer.bias is not None:
+        out["bias"] = get_slice(f"{fqn}.bias")[lo:hi] if kind == "column" else full("bias")
+    return {k: v.contiguous() for k, v in out.items()}
 
 
 def from_pretrained(directory: str, mesh_or_group=None, *, dtype: Optional[torch.dtype] = None,
@@ -433,14 +593,20 @@ def from_pretrained(directory: str, mesh_or_group=None, *, dtype: Optional[torch
     with init_empty_weights(include_buffers=False):
         model = model_cls.from_config(config, dtype=dtype or getattr(config, "dtype", None) or torch.float32)
     model.eval()
-    for fqn, (N, M, L) in qc.get("layers", {}).items():
+    for fqn, pattern in qc.get("layers", {}).items():
         linear = model.get_submodule(fqn)
-        new = NMLinear(linear.in_features, linear.out_features, N, M, L, bias=linear.bias is not None,
-                       device="meta", dtype=linear.weight.dtype)
+        if list(pattern) == [hf.CSR]:
+            new = CSRLinear(linear.in_features, linear.out_features, bias=linear.bias is not None, device="meta",
+                            dtype=linear.weight.dtype)
+        else:
+            N, M, L = pattern
+            new = NMLinear(linear.in_features, linear.out_features, N, M, L, bias=linear.bias is not None,
+                           device="meta", dtype=linear.weight.dtype)
         parent, _, leaf = fqn.rpartition(".")
         setattr(model.get_submodule(parent) if parent else model, leaf, new)
     check_parallelizable(model, world)
     plan = _shard_plan(model, rank, world)
+    full_layers = {fqn: model.get_submodule(fqn) for fqn in plan}
     for fqn, (kind, _, _) in plan.items():
         parent, _, leaf = fqn.rpartition(".")
         owner = model.get_submodule(parent)
@@ -450,43 +616,33 @@ def from_pretrained(directory: str, mesh_or_group=None, *, dtype: Optional[torch
     if not files:
         raise ValueError(f"nmspmm.parallel.from_pretrained: no .safetensors file in {directory}")
     wanted = model.state_dict(keep_vars=True)
+    handles = [safe_open(file, "pt") for file in files]
+    where = {key: f for f in handles for key in f.keys()}
+
+    def get_slice(key):
+        if key not in where:
+            raise ValueError(f"nmspmm.parallel.from_pretrained: the checkpoint lacks {key}")
+        return where[key].get_slice(key)
+
     state = {}
-    for file in files:
-        with safe_open(file, "pt") as f:
-            for key in f.keys():
-                if key not in wanted:
-                    continue  # the zero-size dense-loader markers (<fqn>.weight) and tied copies
-                fqn, _, name = key.rpartition(".")
-                spec = plan.get(fqn)
-                if spec is None or name == "_extra_state":
-                    t = f.get_tensor(key)
-                    if name == "_extra_state" and spec is not None:
-                        layer = model.get_submodule(fqn)
-                        # The full layer's shape and pattern, checked; the shard keeps its own.
-                        full = t.tolist()
-                        expect = [1, layer.N, layer.M, layer.L]
-                        if full[:4] != expect:
-                            raise ValueError(f"nmspmm.parallel.from_pretrained: {key} is {full}, the layer "
-                                             f"is {layer.N}:{layer.M}:{layer.L}")
-                        t = layer.get_extra_state()
-                else:
-                    kind, lo, hi = spec
-                    part = f.get_slice(key)
-                    layer = model.get_submodule(fqn)
-                    if kind == "column" and name == "values":
-                        t = part[:, lo:hi]
-                    elif kind == "column" and name == "indices":
-                        t = part[:, lo // layer.L:hi // layer.L]
-                    elif kind == "column" and name == "bias":
-                        t = part[lo:hi]
-                    elif kind == "row" and name in ("values", "indices"):
-                        t = part[lo:hi]
-                    else:
-                        t = part[:]
-                    t = t.contiguous()
-                if dtype is not None and t.is_floating_point():
-                    t = t.to(dtype)
-                state[key] = t
+    for fqn, (kind, lo, hi) in plan.items():  # this rank's part of every split layer
+        layer = full_layers[fqn]
+        for name, t in _read_shard(get_slice, fqn, layer, kind, lo, hi).items():
+            state[f"{fqn}.{name}"] = t
+        if isinstance(layer, NMLinear):
+            # The full layer's shape and pattern, checked; the shard keeps its own.
+            full = where[f"{fqn}._extra_state"].get_tensor(f"{fqn}._extra_state").tolist() \
+                if f"{fqn}._extra_state" in where else None
+            if full is None or full[:4] != [1, layer.N, layer.M, layer.L]:
+                raise ValueError(f"nmspmm.parallel.from_pretrained: {fqn}._extra_state is {full}, the layer "
+                                 f"is {layer.N}:{layer.M}:{layer.L}")
+            state[f"{fqn}._extra_state"] = model.get_submodule(fqn).get_extra_state()
+    for key, f in where.items():  # the replicated tensors, whole
+        fqn = key.rpartition(".")[0]
+        if key in wanted and fqn not in plan:
+            state[key] = f.get_tensor(key)  # (not wanted: the zero-size dense-loader markers, tied copies)
+    if dtype is not None:
+        state = {k: t.to(dtype) if t.is_floating_point() else t for k, t in state.items()}
     missing = [k for k in wanted if k not in state and not k.endswith("lm_head.weight")]
     if missing:
         raise ValueError(f"nmspmm.parallel.from_pretrained: the checkpoint lacks {', '.join(missing[:8])}")

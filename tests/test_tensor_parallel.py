@@ -34,6 +34,80 @@ def sparse_llama(intermediate=512, attn_L=16, bias=True):
     return model
 
 
+def mixed_llama():
+    """The tiny Llama with unstructured CSR attention (50%, magnitude), dense gate / up and an
+    N:M down projection: every kind of projection parallelize_ splits."""
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                         attention_bias=True, mlp_bias=True)
+    model = LlamaForCausalLM._from_config(config, dtype=torch.float32).eval()
+    with torch.no_grad():
+        for mod in model.modules():
+            if isinstance(mod, torch.nn.Linear) and mod.bias is not None:
+                mod.bias.normal_(0, 0.1)
+    nmspmm.sparsify_(model, sparsity=0.5, filter_fn=lambda m, fqn: ".self_attn." in fqn)
+    nmspmm.sparsify_(model, 8, 32, 16, filter_fn=lambda m, fqn: fqn.endswith("down_proj"))
+    return model
+
+
+def _mixed_worker(rank, port, directory):
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    from nmspmm.parallel import (ColumnParallelCSRLinear, ColumnParallelLinear, RowParallelCSRLinear,
+                                 llama_tp_plan)
+
+    torch.set_num_threads(1)
+    model = mixed_llama()
+    ids = torch.randint(0, 512, (2, 10), generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        expected = model(ids, use_cache=False).logits
+    gen_kwargs = dict(max_new_tokens=6, do_sample=False, use_cache=True, pad_token_id=0)
+    expected_tokens = model.generate(ids, **gen_kwargs)
+    full_o = model.model.layers[0].self_attn.o_proj
+    full_dense = full_o.to_dense()
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
+    try:
+        if rank == 0:
+            model.save_pretrained(directory, max_shard_size="200KB")
+        dist.barrier()
+        nmspmm.parallelize_(model)
+        attn, mlp = model.model.layers[0].self_attn, model.model.layers[0].mlp
+        assert isinstance(attn.q_proj, ColumnParallelCSRLinear) and isinstance(attn.o_proj, RowParallelCSRLinear)
+        assert isinstance(mlp.gate_proj, ColumnParallelLinear) and isinstance(mlp.down_proj, RowParallelNMLinear)
+        # The row-parallel CSR shard holds exactly the entries of this rank's input columns.
+        lo, hi = rank * 128, (rank + 1) * 128
+        assert torch.equal(attn.o_proj.to_dense(), full_dense[:, lo:hi])
+        assert mlp.gate_proj.weight.shape == (256, 256) and mlp.up_proj.bias.shape == (256,)
+        with torch.no_grad():
+            _assert_logits(rank, model(ids, use_cache=False).logits, expected)
+        assert torch.equal(model.generate(ids, **gen_kwargs), expected_tokens)
+        # The sharded load of the saved model (format 2: CSR layers) gives the same logits.
+        loaded = nmspmm.parallel.from_pretrained(directory)
+        assert isinstance(loaded.model.layers[1].self_attn.o_proj, RowParallelCSRLinear)
+        assert isinstance(loaded.model.layers[1].mlp.up_proj, ColumnParallelLinear)
+        assert torch.equal(loaded.model.layers[0].self_attn.o_proj.to_dense(), full_dense[:, lo:hi])
+        with torch.no_grad():
+            _assert_logits(rank, loaded(ids, use_cache=False).logits, expected)
+        # The parallelize_module plan splits the same layers.
+        styled = mixed_llama()
+        parallelize_module(styled, init_device_mesh("cpu", (WORLD,)), llama_tp_plan())
+        assert isinstance(styled.model.layers[1].self_attn.k_proj, ColumnParallelCSRLinear)
+        with torch.no_grad():
+            _assert_logits(rank, styled(ids, use_cache=False).logits, expected)
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def test_two_rank_csr_and_dense_projections(tmp_path):
+    import torch.multiprocessing as mp
+
+    mp.spawn(_mixed_worker, args=(_free_port(), str(tmp_path / "ckpt")), nprocs=WORLD, join=True)
+
+
 def _worker(rank, port):
     import torch.distributed as dist
 
@@ -117,14 +191,22 @@ def test_refuses_cut_window():
         check_parallelizable(model, WORLD)
 
 
-def test_refuses_dense_projection():
+def test_refuses_a_projection_it_cannot_split():
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
                          num_attention_heads=4, num_key_value_heads=2)
     model = LlamaForCausalLM._from_config(config, dtype=torch.float32).eval()
     nmspmm.sparsify_(model, 2, 4, 16, filter_fn=lambda m, fqn: ".self_attn." in fqn)
-    with pytest.raises(ValueError, match=r"model\.layers\.0\.mlp\.gate_proj is a dense Linear, not an NMLinear"):
+    check_parallelizable(model, WORLD)  # dense MLP projections are split too
+    model.model.layers[0].mlp.gate_proj = torch.nn.Sequential(torch.nn.Linear(64, 128))
+    with pytest.raises(ValueError, match=r"model\.layers\.0\.mlp\.gate_proj is a Sequential, not an NMLinear, "
+                                         r"a CSRLinear or a dense nn\.Linear"):
         check_parallelizable(model, WORLD)
+    # A dense (or CSR) row-parallel layer needs in_features divisible by world_size (every problem
+    # is named in one error).
+    with pytest.raises(ValueError, match=r"model\.layers\.0\.mlp\.down_proj: in_features=128 is not divisible "
+                                         r"by world_size=3"):
+        check_parallelizable(model, 3)
 
 
 def test_needs_initialized_process_group():
@@ -242,8 +324,8 @@ def _check_styles(rank, model, ids, expected):
     # Refusals: a layer already split, a dense layer, a shard that would cut an L-vector.
     with pytest.raises(ValueError, match="already tensor-parallel"):
         parallelize_module(attn.q_proj, mesh, NMColwiseParallel())
-    with pytest.raises(ValueError, match="expects an NMLinear, got a Linear"):
-        parallelize_module(torch.nn.Linear(64, 64), mesh, NMRowwiseParallel())
+    with pytest.raises(ValueError, match="expects an NMLinear, a CSRLinear or a dense nn.Linear, got a Conv1d"):
+        parallelize_module(torch.nn.Conv1d(64, 64, 1), mesh, NMRowwiseParallel())
     odd = nmspmm.NMLinear.from_dense(torch.nn.Linear(64, 64), 2, 4, 64)
     with pytest.raises(ValueError, match=r"out_features=64 is not divisible by world_size x L = 2 x 64"):
         parallelize_module(odd, mesh, NMColwiseParallel())
