@@ -64,6 +64,7 @@ def _mixed_worker(rank, port, directory):
     ids = torch.randint(0, 512, (2, 10), generator=torch.Generator().manual_seed(6))
     with torch.no_grad():
         expected = model(ids, use_cache=False).logits
+    expected_grads = _mixed_grads(model, ids)
     gen_kwargs = dict(max_new_tokens=6, do_sample=False, use_cache=True, pad_token_id=0)
     expected_tokens = model.generate(ids, **gen_kwargs)
     full_o = model.model.layers[0].self_attn.o_proj
@@ -84,6 +85,15 @@ def _mixed_worker(rank, port, directory):
         with torch.no_grad():
             _assert_logits(rank, model(ids, use_cache=False).logits, expected)
         assert torch.equal(model.generate(ids, **gen_kwargs), expected_tokens)
+        # Gradients (Megatron's rule): replicated tensors whole, column-parallel ones this rank's slice.
+        got = _mixed_grads(model, ids)
+        lo_out, hi_out = rank * 256 // WORLD, (rank + 1) * 256 // WORLD
+        want = dict(expected_grads)
+        want["q_proj.bias"] = want["q_proj.bias"][lo_out:hi_out]
+        want["gate_proj.weight"] = want["gate_proj.weight"][rank * 512 // WORLD:(rank + 1) * 512 // WORLD]
+        for name, w in want.items():
+            err = (got[name] - w).abs().max().item()
+            assert err <= 1e-5 * max(w.abs().max().item(), 1e-30), f"rank {rank}: {name} grad differs by {err}"
         # The sharded load of the saved model (format 2: CSR layers) gives the same logits.
         loaded = nmspmm.parallel.from_pretrained(directory)
         assert isinstance(loaded.model.layers[1].self_attn.o_proj, RowParallelCSRLinear)
@@ -100,6 +110,21 @@ def _mixed_worker(rank, port, directory):
         dist.barrier()
     finally:
         dist.destroy_process_group()
+
+
+def _mixed_grads(model, ids):
+    """The loss and the gradients of a replicated tensor (the embedding), of a column-parallel CSR
+    bias, a row-parallel CSR bias and a column-parallel dense weight, after one cross-entropy
+    backward."""
+    model.zero_grad(set_to_none=True)
+    logits = model(ids, use_cache=False).logits
+    loss = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), ids[:, 1:].flatten())
+    loss.backward()
+    layer = model.model.layers[1]
+    return {"loss": loss.detach(), "embedding": model.model.embed_tokens.weight.grad.clone(),
+            "q_proj.bias": layer.self_attn.q_proj.bias.grad.clone(),
+            "o_proj.bias": layer.self_attn.o_proj.bias.grad.clone(),
+            "gate_proj.weight": layer.mlp.gate_proj.weight.grad.clone()}
 
 
 def test_two_rank_csr_and_dense_projections(tmp_path):
