@@ -5,7 +5,8 @@ same model on one GPU, with the dense model under the same split for comparison.
   torchrun --nproc-per-node 2 benchmarks/tp_llama.py --device cpu --tiny # gloo smoke test, no GPU
 
 Every rank builds the same model (same seed, random weights, --dtype) on its own device, and per
-variant (dense, then nmspmm.sparsify_ at each of --patterns):
+variant (dense, then nmspmm.sparsify_ at each of --patterns, then unstructured CSR at each of
+--unstructured):
   1. TP = 1 on every rank at once (no communication): reference logits of a fixed input, the
      greedy tokens of a short generate(), prefill 1 x --prefill (no cache, last-token logits), decode
      at each batch with one step captured in a CUDA graph (StaticCache), projection weight bytes;
@@ -47,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--model", default="llama-2-7b")
     ap.add_argument("--layers", type=int, default=8, help="decoder layers (default 8; the real model has 32)")
     ap.add_argument("--patterns", default="16:32:32,2:4:1,2:4:32", help="N:M:L list")
+    ap.add_argument("--unstructured", default="", help="sparsity list of unstructured CSR variants (e.g. 0.5)")
     ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp32"))
     ap.add_argument("--prefill", type=int, default=2048)
     ap.add_argument("--prompt", type=int, default=128, help="decode prompt length")
@@ -137,7 +139,8 @@ def measure(model, cfg, clock: Clock, args, world: int) -> Dict:
                     notes.append(f"graph b={b}: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
                 t = slowest(t, args.device)
                 row[f"decode_b{b}_graph_ms"], row[f"decode_b{b}_graph_tok_s"] = t, b / (t / 1e3)
-    row["proj_weight_mib_per_gpu"] = projection_bytes(model) / 2**20
+    # The most a rank holds (an unstructured layer's nonzeros split unevenly over the ranks).
+    row["proj_weight_mib_per_gpu"] = slowest(projection_bytes(model) / 2**20, args.device)
     row["model_mib_per_gpu"] = local_bytes(list(model.parameters()) + list(model.buffers())) / 2**20
     if notes:
         row["note"] = "; ".join(notes)
@@ -216,13 +219,17 @@ def main(argv=None) -> int:
             f"{args.dtype}; prefill 1x{args.prefill}; decode batches {args.batches} (CUDA graphs); -> {out}")
     rows: List[Dict] = []
     status = 0
-    for variant, p in [("dense", None)] + [(str(q), q) for q in patterns]:
+    sparsities = [float(v) for v in args.unstructured.split(",") if v.strip()]
+    variants = [("dense", None)] + [(str(q), q) for q in patterns] + [(f"csr{s:g}", s) for s in sparsities]
+    for variant, p in variants:
         t0 = time.time()
         torch.manual_seed(args.seed)
         with torch.device(args.device):
             model = LlamaForCausalLM(cfg).to(dtype).eval()
         model.requires_grad_(False)
-        if p is not None:
+        if isinstance(p, float):
+            nmspmm.sparsify_(model, sparsity=p)
+        elif p is not None:
             nmspmm.sparsify_(model, p.N, p.M, p.L)
         base = {"model": model_name, "layers": args.layers, "dtype": args.dtype, "variant": variant,
                 "status": "ok"}

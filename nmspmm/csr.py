@@ -235,7 +235,10 @@ class CSRLinear(nn.Module):
         self.register_buffer("crow_indices", torch.zeros(out_features + 1, dtype=torch.int32, device=device))
         self.register_buffer("col_indices", torch.zeros(0, dtype=torch.int32, device=device))
         self.register_buffer("values", torch.zeros(0, dtype=dtype, device=device))
-        self.bias = nn.Parameter(torch.zeros(out_features, device=device, dtype=dtype)) if bias else None
+        if bias:
+            self.bias = nn.Parameter(torch.zeros(out_features, device=device, dtype=dtype))
+        else:
+            self.register_parameter("bias", None)  # as nn.Linear: a registered, absent bias
 
     @classmethod
     def from_weight(cls, weight: CSRWeight, bias: Optional[torch.Tensor] = None) -> "CSRLinear":

@@ -431,12 +431,13 @@ def test_tp_benchmark_smoke(tmp_path):
     env = dict(os.environ, OMP_NUM_THREADS="1", MASTER_PORT=str(_free_port()))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
            env["MASTER_PORT"], os.path.join(root, "benchmarks", "tp_llama.py"), "--device", "cpu", "--tiny",
-           "--layers", "2", "--prefill", "32", "--reps", "1", "--dtype", "fp32", "--out", str(tmp_path),
+           "--layers", "2", "--prefill", "32", "--reps", "1", "--dtype", "fp32", "--unstructured", "0.5",
+           "--out", str(tmp_path),
            "--ckpt-dir", str(tmp_path / "ckpt")]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     rows = list(csv.DictReader(open(tmp_path / "tp_llama.csv")))
-    assert [(r["variant"], r["tp"]) for r in rows] == [(v, t) for v in ("dense", "16:32:32", "2:4:1", "2:4:32")
+    assert [(r["variant"], r["tp"]) for r in rows] == [(v, t) for v in ("dense", "16:32:32", "2:4:1", "2:4:32", "csr0.5")
                                                        for t in ("1", "2")]
     for r in rows:
         assert r["status"] == "ok" and float(r["prefill_ms"]) > 0
