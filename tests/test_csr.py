@@ -361,6 +361,12 @@ def test_sparsify_unstructured_argument_checks():
         nmspmm.sparsify_(model, 2, 4)
 
 
+def test_csr_linear_without_bias_registers_none_as_linear_does():
+    layer = nmspmm.CSRLinear(8, 4, bias=False)
+    assert layer.bias is None and "bias" in layer._parameters and "bias" not in layer.state_dict()
+    assert torch.equal(layer(torch.ones(2, 8)), torch.zeros(2, 4))
+
+
 def test_csr_linear_compiles_fullgraph(device):
     # torch.compile sees csr_spmm through its fake kernel: no graph break, same result; on the GPU
     # also under CUDA graphs (mode="reduce-overhead": the kernel allocates and syncs nothing).
