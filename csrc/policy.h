@@ -285,6 +285,9 @@ inline PlanCost plan_tiled(const Problem& pb, const Candidates& c) {
     }
   }
   if (best.kernel == Kernel::kNone) return kNoPlan;
+  // At L = 16 a warp's outputs span two vectors (two gathers): the tiles run kTiledL16Factor
+  // slower than their model (fitted at L >= 32) says; the ranking among tiles stays.
+  if (pb.L < 32) best_us *= kTiledL16Factor;
   return plan_cost(pb, best, best_us + prefill_f32_fixed_us(m, k));
 }
 
