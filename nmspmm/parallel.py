@@ -329,40 +329,32 @@ def _csr_layer(cls, fields, in_features: int, out_features: int, bias) -> CSRLin
     return layer
 
 
-def _column_shard(mod: nn.Module, rank: int, world: int, group) -> nn.Module:
-    if isinstance(mod, NMLinear):
-        shard = _nm_column_shard(mod, rank, world)
-    else:
-        out = mod.out_features // world
-        lo, hi = rank * out, (rank + 1) * out
-        bias = None if mod.bias is None else mod.bias.detach()[lo:hi]
-        if isinstance(mod, CSRLinear):
-            fields = _csr_rows(mod.crow_indices, mod.col_indices, mod.values, lo, hi)
-            shard = _csr_layer(ColumnParallelCSRLinear, fields, mod.in_features, out, bias)
-        else:
-            shard = ColumnParallelLinear(mod.in_features, out, bias=bias is not None, device="meta")
-            shard.weight = nn.Parameter(mod.weight.detach()[lo:hi].clone(), requires_grad=mod.weight.requires_grad)
-            if bias is not None:
-                shard.bias = nn.Parameter(bias.clone())
-    shard.tp_rank, shard.tp_world, shard.tp_group = rank, world, group
-    return shard
+def _dense_layer(cls, weight: torch.Tensor, bias, requires_grad: bool) -> nn.Linear:
+    layer = cls(weight.shape[1], weight.shape[0], bias=bias is not None, device="meta")
+    layer.weight = nn.Parameter(weight.clone(), requires_grad=requires_grad)
+    if bias is not None:
+        layer.bias = nn.Parameter(bias.clone())
+    return layer
 
 
-def _row_shard(mod: nn.Module, rank: int, world: int, group) -> nn.Module:
+def _split(mod: nn.Module, kind: str, rank: int, world: int, group) -> nn.Module:
+    """This rank's shard of ``mod``: its outputs [r*out/W, (r+1)*out/W) for ``kind == "column"``
+    (with that slice of the bias), its inputs [r*in/W, (r+1)*in/W) for ``"row"`` (the whole bias)."""
+    column = kind == "column"
     if isinstance(mod, NMLinear):
-        shard = _nm_row_shard(mod, rank, world)
+        shard = _nm_column_shard(mod, rank, world) if column else _nm_row_shard(mod, rank, world)
     else:
-        local_in = mod.in_features // world
-        lo, hi = rank * local_in, (rank + 1) * local_in
-        bias = None if mod.bias is None else mod.bias.detach()
+        part = (mod.out_features if column else mod.in_features) // world
+        lo, hi = rank * part, (rank + 1) * part
+        bias = None if mod.bias is None else mod.bias.detach()[lo:hi] if column else mod.bias.detach()
+        shape = (mod.in_features, part) if column else (part, mod.out_features)
         if isinstance(mod, CSRLinear):
-            fields = _csr_columns(mod.crow_indices, mod.col_indices, mod.values, lo, hi)
-            shard = _csr_layer(RowParallelCSRLinear, fields, local_in, mod.out_features, bias)
+            fields = (_csr_rows if column else _csr_columns)(mod.crow_indices, mod.col_indices, mod.values, lo, hi)
+            shard = _csr_layer(ColumnParallelCSRLinear if column else RowParallelCSRLinear, fields, *shape, bias)
         else:
-            shard = RowParallelLinear(local_in, mod.out_features, bias=bias is not None, device="meta")
-            shard.weight = nn.Parameter(mod.weight.detach()[:, lo:hi].clone(), requires_grad=mod.weight.requires_grad)
-            if bias is not None:
-                shard.bias = nn.Parameter(bias.clone())
+            weight = mod.weight.detach()
+            shard = _dense_layer(ColumnParallelLinear if column else RowParallelLinear,
+                                 weight[lo:hi] if column else weight[:, lo:hi], bias, mod.weight.requires_grad)
     shard.tp_rank, shard.tp_world, shard.tp_group = rank, world, group
     return shard
 
@@ -408,7 +400,7 @@ def parallelize_(model: nn.Module, mesh_or_group=None) -> nn.Module:
 
 
 def _shard_layer(old: nn.Module, kind: str, rank: int, world: int, group) -> nn.Module:
-    new = _column_shard(old, rank, world, group) if kind == "column" else _row_shard(old, rank, world, group)
+    new = _split(old, kind, rank, world, group)
     if getattr(old, "_with_col_info", False):
         new.enable_col_info()
     new.train(old.training)

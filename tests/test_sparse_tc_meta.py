@@ -264,14 +264,14 @@ def test_layer_keeps_it_through_moves_and_edits():
 
 
 def test_tensor_parallel_shards_carry_their_own():
-    from nmspmm.parallel import _column_shard, _row_shard
+    from nmspmm.parallel import _split
 
     layer = nmspmm.NMLinear.from_dense(torch.nn.Linear(128, 64), 2, 4, 4)
     x = torch.randn(3, 128)
     for rank in range(2):
-        col = _column_shard(layer, rank, 2, None)
+        col = _split(layer, "column", rank, 2, None)
         assert torch.equal(col.tc_meta, reference_meta(col.indices, 4, 128))
-        row = _row_shard(layer, rank, 2, None)
+        row = _split(layer, "row", rank, 2, None)
         assert torch.equal(row.tc_meta, reference_meta(row.indices, 4, 64))
         assert torch.equal(col(x), layer(x)[:, rank * 32:(rank + 1) * 32])
 
