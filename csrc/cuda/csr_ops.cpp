@@ -45,15 +45,21 @@ at::Tensor csr_spmm_cuda(const at::Tensor& x, const at::Tensor& crow_indices, co
   p.dtype = csr_type(x.scalar_type());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   const bool warp_row = m <= ab_switches().csr_warp_row_max_m;
+  static const bool slab = [] { const char* e = std::getenv("PROBE_CSR_SLAB"); return e && e[0] == '1'; }();
   cudaError_t err;
   if (warp_row) {
     err = kernels::launch_csr_spmm_warp_row(p, stream);
-  } else {
+  } else if (slab) {
     const int64_t ldt = kernels::csr_x_slab_tokens(m, x.element_size());
     const at::Tensor xt = at::empty({k * ldt}, x.options());
     err = kernels::launch_csr_spmm_x_slab(p, xt.data_ptr(), stream);
+  } else {
+    const int64_t ldt = kernels::csr_xt_gather_tokens(m, x.element_size());
+    const at::Tensor xt = at::empty({k * ldt}, x.options());
+    err = kernels::launch_csr_spmm_xt_gather(p, xt.data_ptr(), stream);
   }
-  TORCH_CHECK(err == cudaSuccess, "nmspmm.csr_spmm: kernel ", warp_row ? "csr_spmm_warp_row" : "csr_spmm_x_slab",
+  TORCH_CHECK(err == cudaSuccess, "nmspmm.csr_spmm: kernel ",
+              warp_row ? "csr_spmm_warp_row" : slab ? "csr_spmm_x_slab" : "csr_spmm_xt_gather",
               " failed for m=", m, " n=", out,
               " k=", k, " nnz=", p.nnz, ": ", cudaGetErrorString(err));
   return y.reshape(spmm_out_shape(x, out));

@@ -21,6 +21,7 @@
 #include "cuda/kernels/common/smem_limit.h"
 #include "cuda/kernels/csr/csr_spmm.h"
 #include "cuda/kernels/csr/csr_values.cuh"
+#include "cuda/kernels/csr/csr_xt.cuh"
 
 namespace nmspmm {
 namespace kernels {
@@ -35,15 +36,16 @@ constexpr int kChunk = 128;    // inputs per slab
 constexpr int kRowsPerHalfWarp = 2;
 constexpr int kStages = 2;
 constexpr int kIlp = 4;
-constexpr int64_t kMaxGridY = 65535;
 
 template <typename T>
 struct SlabShape {
-  static constexpr int kTpl = 16 / static_cast<int>(sizeof(T));  // tokens per lane: one 16-byte load
-  static constexpr int kTokens = 16 * kTpl;                       // tokens per block (a half-warp's)
+  static constexpr int kTpl = csr::kTokensPerLane<T>;
+  static constexpr int kTokens = 16 * kTpl;  // tokens per block (a half-warp's)
 };
 
 using csr::bits_f32;
+using csr::fma_tokens;
+using csr::kMaxGridY;
 using csr::from_f32;
 using csr::raw_bits;
 
@@ -53,50 +55,6 @@ __device__ __forceinline__ void load_entry(const int32_t* __restrict__ cols, con
                                            uint32_t e, int32_t& c, uint32_t& vb) {
   c = -1, vb = 0;
   if (q < e) c = __ldg(cols + q), vb = raw_bits(vals[q]);
-}
-
-// acc[t] += v * x[t] for the lane's TPL tokens, x the 16 bytes at src (shared or global).
-template <typename T>
-__device__ __forceinline__ void fma_tokens(float (&acc)[SlabShape<T>::kTpl], const uint4 xv, float v) {
-  const uint32_t w[4] = {xv.x, xv.y, xv.z, xv.w};
-  if constexpr (sizeof(T) == 4) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) acc[i] = fmaf(v, __uint_as_float(w[i]), acc[i]);
-  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      acc[2 * i] = fmaf(v, __uint_as_float(w[i] << 16), acc[2 * i]);
-      acc[2 * i + 1] = fmaf(v, __uint_as_float(w[i] & 0xffff0000u), acc[2 * i + 1]);
-    }
-  } else {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
-      acc[2 * i] = fmaf(v, f.x, acc[2 * i]);
-      acc[2 * i + 1] = fmaf(v, f.y, acc[2 * i + 1]);
-    }
-  }
-}
-
-// xt[c][t] = x[t][c] for t < m, 0 for m <= t < ldt (the tail tokens of the last tile). 32 x 32 tiles
-// through shared memory; U is the storage type (the bits of T).
-template <typename U>
-__global__ void __launch_bounds__(256) csr_transpose_x(const U* __restrict__ x, int64_t ldx, int64_t m, int64_t k,
-                                                       U* __restrict__ xt, int64_t ldt) {
-  __shared__ U tile[32][33];
-  const int64_t c0 = static_cast<int64_t>(blockIdx.x) * 32;
-  for (int64_t t0 = static_cast<int64_t>(blockIdx.y) * 32; t0 < ldt; t0 += static_cast<int64_t>(gridDim.y) * 32) {
-    for (int i = threadIdx.y; i < 32; i += 8) {
-      const int64_t t = t0 + i, c = c0 + threadIdx.x;
-      tile[i][threadIdx.x] = (t < m && c < k) ? x[t * ldx + c] : U(0);
-    }
-    __syncthreads();
-    for (int i = threadIdx.y; i < 32; i += 8) {
-      const int64_t c = c0 + i, t = t0 + threadIdx.x;
-      if (c < k && t < ldt) xt[c * ldt + t] = tile[threadIdx.x][i];
-    }
-    __syncthreads();
-  }
 }
 
 template <typename T, int RPH, int NS, int ILP>
@@ -279,14 +237,10 @@ cudaError_t launch_slab(const CsrSpmmParams& p, const T* xt, int64_t ldt, cudaSt
 
 template <typename T>
 cudaError_t launch_typed(const CsrSpmmParams& p, void* workspace, cudaStream_t stream) {
-  using U = std::conditional_t<sizeof(T) == 4, uint32_t, uint16_t>;
   const int64_t ldt = csr_x_slab_tokens(p.m, sizeof(T));
-  U* xt = static_cast<U*>(workspace);
-  const dim3 tgrid(static_cast<unsigned>((p.k + 31) / 32),
-                   static_cast<unsigned>((ldt + 31) / 32 < kMaxGridY ? (ldt + 31) / 32 : kMaxGridY));
-  csr_transpose_x<U><<<tgrid, dim3(32, 8), 0, stream>>>(static_cast<const U*>(p.x), p.ldx, p.m, p.k, xt, ldt);
-  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
-  return launch_slab<T, kRowsPerHalfWarp, kStages, kIlp>(p, reinterpret_cast<const T*>(xt), ldt, stream);
+  if (cudaError_t e = csr::launch_transpose_x<T>(p.x, p.ldx, p.m, p.k, workspace, ldt, stream); e != cudaSuccess)
+    return e;
+  return launch_slab<T, kRowsPerHalfWarp, kStages, kIlp>(p, static_cast<const T*>(workspace), ldt, stream);
 }
 
 }  // namespace
