@@ -19,7 +19,7 @@
 //                              the crossover for benchmarks/bench_decode_half.py (a path switch, so
 //                              results change within their tolerances, not bit for bit).
 //   NMSPMM_CSR_WARP_ROW_MAX_M=v unstructured CSR products with m <= v run csr_spmm_warp_row, the
-//                              rest csr_spmm_x_slab (default 16; a path switch like the one above).
+//                              rest csr_spmm_xt_gather (default 8; a path switch like the one above).
 // Torch-free and CUDA-free.
 #pragma once
 #include <cstdlib>
@@ -33,7 +33,7 @@ struct AbSwitches {
   bool bulk_store = true;
   bool tc_tma = true;
   int half_decode_max_m = 64;
-  long csr_warp_row_max_m = 128;
+  long csr_warp_row_max_m = 8;
 };
 
 inline const AbSwitches& ab_switches() {

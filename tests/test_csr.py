@@ -47,9 +47,11 @@ def check_product(x, w, bias, y):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("m", [1, 3, 8, 17, 64])
+@pytest.mark.parametrize("m", [1, 3, 8, 12, 17, 40, 64, 100])
 @pytest.mark.parametrize("density", [0.02, 0.1, 0.5])
 def test_csr_spmm_matches_fp64_reference(dtype, m, density, device):
+    # m <= 8 runs csr_spmm_warp_row on the GPU, the rest csr_spmm_xt_gather with groups of 2 / 4 / 8 /
+    # 16 lanes (16 / 32 / 64 / 128 tokens; fp32 half that).
     w = random_csr(96, 160, density, dtype, device)
     x = torch.randn(m, 160).to(dtype).to(device)
     bias = torch.randn(96).to(dtype).to(device)
@@ -98,8 +100,9 @@ def test_csr_spmm_wide_inputs(dtype, inp, m, device):
 @pytest.mark.parametrize("out,inp,m,rows", [(96, 300, 40, "uniform"), (70, 1000, 130, "heavy-tailed"),
                                             (33, 129, 257, "uniform"), (2048, 300, 2200, "uniform")])
 def test_csr_spmm_token_tiles(dtype, out, inp, m, rows, device):
-    # The slab kernel's shapes (m > 128 on the GPU): several input slabs of 128 with a tail, token
-    # tiles of 128 (fp32: 64) with a tail, row blocks of 32 with a tail, and at 2048 x 2200 many blocks.
+    # csr_spmm_xt_gather's shapes: token tiles of 64 / 128 (fp32: 32 / 64) with a tail, row blocks of
+    # 8 or 16 with a tail, a heavy-tailed block whose long rows spread over several groups, and at
+    # 2048 x 2200 many blocks.
     w = random_csr(out, inp, 0.1, dtype, device, rows=rows)
     x = torch.randn(m, inp).to(dtype).to(device)
     bias = torch.randn(out).to(dtype).to(device)
@@ -109,8 +112,8 @@ def test_csr_spmm_token_tiles(dtype, out, inp, m, rows, device):
 @pytest.mark.parametrize("m", [2, 40, 300])
 def test_csr_spmm_sums_unsorted_and_duplicate_columns(m, device):
     # The op takes column indices in any order and sums repeated ones (CSRWeight stores them sorted
-    # and unique, so this is the raw op's contract). Rows span several input slabs, so a column
-    # behind the current slab is read from the transposed x in global memory.
+    # and unique, so this is the raw op's contract). Each row spans several of its block's groups, so
+    # repeats fall in different groups' partial sums.
     g = torch.Generator().manual_seed(11)
     out, inp, per_row = 20, 700, 50
     crow = torch.arange(out + 1) * per_row

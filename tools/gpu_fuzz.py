@@ -3,6 +3,7 @@
     python tools/gpu_fuzz.py                      # 10,000 random configurations (and as many 2:4
                                                   # sparse tensor-core ones on sm_90) + corruption cases
     python tools/gpu_fuzz.py --cases 300 --small  # for compute-sanitizer (below)
+    python tools/gpu_fuzz.py --only csr           # one family (nm, sparse_tc, csr)
     PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck \\
         python tools/gpu_fuzz.py --cases 300 --small
 
@@ -265,8 +266,8 @@ def run_corrupt_csr_case(i, rnd, gen, tally, small):
     lengths = (crow[1:] - crow[:-1]).cpu()
     multi = (lengths >= 2).nonzero().flatten().tolist()
     if what == "col-unsorted" and multi:
-        # A row's last column set to its first: a repeat, and a column behind the slab the kernel
-        # walks when the row spans several.
+        # A row's last column set to its first: a repeat, out of order, whose two copies may fall in
+        # different groups' partial sums.
         j = rnd.choice(multi)
         col[int(crow[j + 1]) - 1] = col[int(crow[j])]
     elif what == "col-unsorted" or what == "crow-random" or w.nnz == 0 and what.startswith("col"):
@@ -654,6 +655,8 @@ def main():
                     help="corrupted-index, -col_info and -tc_meta cases each (default: cases / 20, >= 20)")
     ap.add_argument("--small", action="store_true", help="smaller shapes (for compute-sanitizer)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--only", default="nm,sparse_tc,csr",
+                    help="comma list of the families to fuzz: nm (every registry plan), sparse_tc, csr")
     ap.add_argument("--out", default=None, help="also write the summary table to this file")
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
                     help="cpu: run the harness against the CPU ops (which check index data per call)")
@@ -673,11 +676,17 @@ def main():
     kernels = plan_names()
     tally = Tally()
     t0 = time.time()
+    only = set(a.only.split(","))
+    if not only or not only <= {"nm", "sparse_tc", "csr"}:
+        sys.exit(f"gpu_fuzz: --only takes a comma list of nm, sparse_tc, csr; got {a.only!r}")
     for i in range(a.cases):
         try:
-            run_random_case(i, rnd, gen, tally, kernels, cc, a.small)
-            run_sparse_tc_case(i, rnd, gen, tally, kernels, cc, a.small)
-            run_csr_case(i, rnd, gen, tally, a.small)
+            if "nm" in only:
+                run_random_case(i, rnd, gen, tally, kernels, cc, a.small)
+            if "sparse_tc" in only:
+                run_sparse_tc_case(i, rnd, gen, tally, kernels, cc, a.small)
+            if "csr" in only:
+                run_csr_case(i, rnd, gen, tally, a.small)
         except SystemExit:
             raise
         except Exception as e:  # noqa: BLE001 (a Python error is a failed case, not a crash)
@@ -685,12 +694,14 @@ def main():
         if (i + 1) % 1000 == 0:
             print(f"gpu_fuzz: {i + 1}/{a.cases} random cases, {time.time() - t0:.0f} s, {tally.failed} failures", flush=True)
     for i in range(corrupt):
-        for fn, cat in ((run_corrupt_indices_case, "corrupt indices: harness"),
-                        (run_corrupt_col_info_case, "corrupt col_info: harness"),
-                        (run_corrupt_tc_meta_case, "corrupt tc_meta: harness"),
-                        (run_non_finite_x_case, "non-finite x: harness"),
-                        (lambda i, rnd, gen, tally, kernels, cc, small: run_corrupt_csr_case(i, rnd, gen, tally, small),
-                         "corrupt csr: harness")):
+        for fn, cat, family in ((run_corrupt_indices_case, "corrupt indices: harness", "nm"),
+                                (run_corrupt_col_info_case, "corrupt col_info: harness", "nm"),
+                                (run_corrupt_tc_meta_case, "corrupt tc_meta: harness", "sparse_tc"),
+                                (run_non_finite_x_case, "non-finite x: harness", "nm"),
+                                (lambda i, rnd, gen, tally, kernels, cc, small: run_corrupt_csr_case(i, rnd, gen, tally, small),
+                                 "corrupt csr: harness", "csr")):
+            if family not in only:
+                continue
             try:
                 fn(i, rnd, gen, tally, kernels, cc, a.small)
             except SystemExit:

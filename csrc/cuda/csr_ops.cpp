@@ -1,8 +1,9 @@
 // CUDA binding of nmspmm::csr_spmm (unstructured CSR weights): checks the arguments
 // (csrc/csr_checks.h, the CPU reference's messages), views x as [m, in] with unit column stride,
-// allocates y (and, for csr_spmm_x_slab, the transposed x it reads) and launches on the current
-// stream csr_spmm_warp_row for m <= 128 (one warp per row and chunk of 8 tokens, gathering x from global memory) or csr_spmm_x_slab
-// (kernels/csr/). Nothing is synchronized, so the call is CUDA-graph capturable.
+// allocates y (and, for csr_spmm_xt_gather, the transposed x it reads) and launches on the current
+// stream csr_spmm_warp_row for m <= 8 (one warp per row and chunk of up to 8 tokens, gathering x from
+// global memory) or csr_spmm_xt_gather (kernels/csr/). Nothing is synchronized, so the call is
+// CUDA-graph capturable.
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/all.h>
@@ -45,21 +46,16 @@ at::Tensor csr_spmm_cuda(const at::Tensor& x, const at::Tensor& crow_indices, co
   p.dtype = csr_type(x.scalar_type());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   const bool warp_row = m <= ab_switches().csr_warp_row_max_m;
-  static const bool slab = [] { const char* e = std::getenv("PROBE_CSR_SLAB"); return e && e[0] == '1'; }();
   cudaError_t err;
   if (warp_row) {
     err = kernels::launch_csr_spmm_warp_row(p, stream);
-  } else if (slab) {
-    const int64_t ldt = kernels::csr_x_slab_tokens(m, x.element_size());
-    const at::Tensor xt = at::empty({k * ldt}, x.options());
-    err = kernels::launch_csr_spmm_x_slab(p, xt.data_ptr(), stream);
   } else {
     const int64_t ldt = kernels::csr_xt_gather_tokens(m, x.element_size());
     const at::Tensor xt = at::empty({k * ldt}, x.options());
     err = kernels::launch_csr_spmm_xt_gather(p, xt.data_ptr(), stream);
   }
   TORCH_CHECK(err == cudaSuccess, "nmspmm.csr_spmm: kernel ",
-              warp_row ? "csr_spmm_warp_row" : slab ? "csr_spmm_x_slab" : "csr_spmm_xt_gather",
+              warp_row ? "csr_spmm_warp_row" : "csr_spmm_xt_gather",
               " failed for m=", m, " n=", out,
               " k=", k, " nnz=", p.nnz, ": ", cudaGetErrorString(err));
   return y.reshape(spmm_out_shape(x, out));

@@ -91,38 +91,43 @@ __global__ void __launch_bounds__(kThreads, 4) csr_spmm_xt_gather(const CsrSpmmP
   for (int64_t tile = blockIdx.y; tile < tiles; tile += gridDim.y) {
     const int64_t t0 = tile * TT;
     const T* xs = xt + t0 + gl * TPL;
-    int r = r0;
-    for (int64_t v = v0; v < v1; ++r) {
-      const int64_t seg_end = pre[r + 1] < v1 ? pre[r + 1] : v1;
-      if (seg_end <= v) continue;  // an empty row
-      float acc[TPL];
+    // One walk over the group's nonzeros, kInFlight at a time whatever the row boundaries (so the
+    // groups of a warp run the same number of steps); the sum is flushed where the row changes.
+    float acc[TPL];
 #pragma unroll
-      for (int t = 0; t < TPL; ++t) acc[t] = 0.f;
-      // Entries [q, qe) of row r; nnz < 2^31, so they fit 32 bits.
-      const uint32_t q0 = static_cast<uint32_t>(rbegin[r] + (v - pre[r]));
-      const uint32_t qe = static_cast<uint32_t>(rbegin[r] + (seg_end - pre[r]));
-      for (uint32_t q = q0; q < qe; q += kInFlight) {
-        uint32_t c[kInFlight];
-        float w[kInFlight];
-        uint4 xv[kInFlight];
+    for (int t = 0; t < TPL; ++t) acc[t] = 0.f;
+    const auto flush = [&](int row) {
+      float* dst = (row == r0 && v0 > pre[r0]) ? &carry[grp][gl * TPL] : &out[row][gl * TPL];
 #pragma unroll
-        for (int z = 0; z < kInFlight; ++z) {
-          const bool in = q + z < qe;
-          c[z] = in ? static_cast<uint32_t>(__ldg(cols + q + z)) : 0xffffffffu;
-          w[z] = in ? bits_f32<T>(raw_bits(vals[q + z])) : 0.f;
+      for (int t = 0; t < TPL; ++t) dst[t] = acc[t], acc[t] = 0.f;
+    };
+    int r = r0, cur = r0;
+    int64_t rend = pre[r0 + 1], base = rbegin[r0] - pre[r0];  // row r: entry = base + v for v < rend
+    for (int64_t v = v0; v < v1; v += kInFlight) {
+      uint32_t c[kInFlight];
+      float w[kInFlight];
+      int rz[kInFlight];
+      uint4 xv[kInFlight];
+#pragma unroll
+      for (int z = 0; z < kInFlight; ++z) {
+        c[z] = 0xffffffffu, w[z] = 0.f;
+        if (v + z < v1) {
+          while (v + z >= rend) ++r, base = rbegin[r] - rend, rend = pre[r + 1];  // pre[r] is the old rend
+          const uint32_t q = static_cast<uint32_t>(base + v + z);  // in [0, nnz), < 2^31
+          c[z] = static_cast<uint32_t>(__ldg(cols + q)), w[z] = bits_f32<T>(raw_bits(vals[q]));
         }
-#pragma unroll
-        for (int z = 0; z < kInFlight; ++z)
-          if (c[z] < k) xv[z] = __ldg(reinterpret_cast<const uint4*>(xs + static_cast<int64_t>(c[z]) * ldt));
-#pragma unroll
-        for (int z = 0; z < kInFlight; ++z)
-          if (c[z] < k) fma_tokens<T>(acc, xv[z], w[z]);
+        rz[z] = r;
       }
-      float* dst = v == pre[r] ? &out[r][gl * TPL] : &carry[grp][gl * TPL];
 #pragma unroll
-      for (int t = 0; t < TPL; ++t) dst[t] = acc[t];
-      v = seg_end;
+      for (int z = 0; z < kInFlight; ++z)
+        if (c[z] < k) xv[z] = __ldg(reinterpret_cast<const uint4*>(xs + static_cast<int64_t>(c[z]) * ldt));
+#pragma unroll
+      for (int z = 0; z < kInFlight; ++z) {
+        if (rz[z] != cur) flush(cur), cur = rz[z];
+        if (c[z] < k) fma_tokens<T>(acc, xv[z], w[z]);
+      }
     }
+    if (v0 < v1) flush(cur);
     __syncthreads();
     // y[t][row0 + rr] for the tile: the row's own sum (0 for an empty row), then the carries of the
     // groups that started inside it (those whose first nonzero g * part lies in (pre[rr], pre[rr + 1])).
