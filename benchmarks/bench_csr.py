@@ -151,6 +151,7 @@ def main() -> None:
     ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32"))
     ap.add_argument("--m", default=None, help="comma list of token counts")
     ap.add_argument("--sparsities", default=None, help="comma list, e.g. 0.9,0.98")
+    ap.add_argument("--shapes", default=None, help="comma list of OUTxIN layer shapes, e.g. 4096x4096")
     ap.add_argument("--structures", default=None, help=f"comma list of {', '.join(STRUCTURES)}")
     ap.add_argument("--no-nm", dest="nm", action="store_false", help="leave out the N:M comparison")
     ap.add_argument("--quick", action="store_true")
@@ -159,7 +160,10 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    args.shapes = SHAPES[:1] if args.quick else DECODE_SHAPES if args.decode else SHAPES
+    if args.shapes:
+        args.shapes = [tuple(int(v) for v in sh.split("x")) for sh in args.shapes.split(",")]
+    else:
+        args.shapes = SHAPES[:1] if args.quick else DECODE_SHAPES if args.decode else SHAPES
     default_m = [1, 256] if args.quick else DECODE_MS if args.decode else MS
     args.m = [int(v) for v in args.m.split(",")] if args.m else default_m
     default_s = DECODE_SPARSITIES if args.decode else SPARSITIES

@@ -91,8 +91,10 @@ __global__ void __launch_bounds__(kThreads, 4) csr_spmm_xt_gather(const CsrSpmmP
   for (int64_t tile = blockIdx.y; tile < tiles; tile += gridDim.y) {
     const int64_t t0 = tile * TT;
     const T* xs = xt + t0 + gl * TPL;
-    // One walk over the group's nonzeros, kInFlight at a time whatever the row boundaries (so the
-    // groups of a warp run the same number of steps); the sum is flushed where the row changes.
+    // One walk over the group's nonzeros, kInFlight per step whatever the row boundaries, so the
+    // groups of a warp run the same number of steps (segment-by-segment loops diverge: measured
+    // 1.4x slower on rows of uneven length). A step inside the current row takes the short path;
+    // a step that crosses a row end maps each entry to its row and flushes the sum where it changes.
     float acc[TPL];
 #pragma unroll
     for (int t = 0; t < TPL; ++t) acc[t] = 0.f;
@@ -106,25 +108,38 @@ __global__ void __launch_bounds__(kThreads, 4) csr_spmm_xt_gather(const CsrSpmmP
     for (int64_t v = v0; v < v1; v += kInFlight) {
       uint32_t c[kInFlight];
       float w[kInFlight];
-      int rz[kInFlight];
       uint4 xv[kInFlight];
+      if (v + kInFlight <= rend && v + kInFlight <= v1) {  // every entry in row r (== cur)
+        const uint32_t q = static_cast<uint32_t>(base + v);  // in [0, nnz - kInFlight], nnz < 2^31
 #pragma unroll
-      for (int z = 0; z < kInFlight; ++z) {
-        c[z] = 0xffffffffu, w[z] = 0.f;
-        if (v + z < v1) {
-          while (v + z >= rend) ++r, base = rbegin[r] - rend, rend = pre[r + 1];  // pre[r] is the old rend
-          const uint32_t q = static_cast<uint32_t>(base + v + z);  // in [0, nnz), < 2^31
-          c[z] = static_cast<uint32_t>(__ldg(cols + q)), w[z] = bits_f32<T>(raw_bits(vals[q]));
+        for (int z = 0; z < kInFlight; ++z)
+          c[z] = static_cast<uint32_t>(__ldg(cols + q + z)), w[z] = bits_f32<T>(raw_bits(vals[q + z]));
+#pragma unroll
+        for (int z = 0; z < kInFlight; ++z)
+          if (c[z] < k) xv[z] = __ldg(reinterpret_cast<const uint4*>(xs + static_cast<int64_t>(c[z]) * ldt));
+#pragma unroll
+        for (int z = 0; z < kInFlight; ++z)
+          if (c[z] < k) fma_tokens<T>(acc, xv[z], w[z]);
+      } else {
+        int rz[kInFlight];
+#pragma unroll
+        for (int z = 0; z < kInFlight; ++z) {
+          c[z] = 0xffffffffu, w[z] = 0.f;
+          if (v + z < v1) {
+            while (v + z >= rend) ++r, base = rbegin[r] - rend, rend = pre[r + 1];  // pre[r] is the old rend
+            const uint32_t q = static_cast<uint32_t>(base + v + z);  // in [0, nnz)
+            c[z] = static_cast<uint32_t>(__ldg(cols + q)), w[z] = bits_f32<T>(raw_bits(vals[q]));
+          }
+          rz[z] = r;
         }
-        rz[z] = r;
-      }
 #pragma unroll
-      for (int z = 0; z < kInFlight; ++z)
-        if (c[z] < k) xv[z] = __ldg(reinterpret_cast<const uint4*>(xs + static_cast<int64_t>(c[z]) * ldt));
+        for (int z = 0; z < kInFlight; ++z)
+          if (c[z] < k) xv[z] = __ldg(reinterpret_cast<const uint4*>(xs + static_cast<int64_t>(c[z]) * ldt));
 #pragma unroll
-      for (int z = 0; z < kInFlight; ++z) {
-        if (rz[z] != cur) flush(cur), cur = rz[z];
-        if (c[z] < k) fma_tokens<T>(acc, xv[z], w[z]);
+        for (int z = 0; z < kInFlight; ++z) {
+          if (rz[z] != cur) flush(cur), cur = rz[z];
+          if (c[z] < k) fma_tokens<T>(acc, xv[z], w[z]);
+        }
       }
     }
     if (v0 < v1) flush(cur);
