@@ -10,6 +10,8 @@
 #             makes the CUDA 13.0 compute-sanitizer fail with an internal error, so nothing is filtered
 #   fuzz      tools/gpu_fuzz.py: 10,000 random configurations + corrupted-index, -col_info and
 #             -tc_meta and non-finite-x cases against fp64 references
+#   csrcheck  tools/csr_kernel_check.cu (torch-free, corrupted CSR cases) plain, under memcheck and
+#             under racecheck
 #   fuzzmem   the same harness on small shapes under compute-sanitizer memcheck, every tensor its own
 #             allocation (PYTORCH_NO_CUDA_MEMORY_CACHING=1)
 #   bench100  the committed benchmark: the 100 NM-SpMM points, nmspmm fp32 and bf16 against cuBLAS
@@ -22,9 +24,9 @@
 #             tensor-parallel Llama-2-7B shapes against one GPU, sparse and dense (results: $OUT/tp)
 #   arch90    a second build with TORCH_CUDA_ARCH_LIST=9.0 (in a copy of the tree), timed against
 #             this one on the 100 NM-SpMM points in fp32
-#   checks    tests + fuzz + fuzzmem + sanitize: the full GPU check of a change under csrc/; more than
+#   checks    tests + fuzz + fuzzmem + sanitize + csrcheck: the full GPU check of a change under csrc/; more than
 #             one device call holds, so run it as: tests_kernels, tests_rest, fuzz fuzzmem, memcheck,
-#             racecheck (a warm machine keeps the build between calls)
+#             racecheck csrcheck (a warm machine keeps the build between calls)
 # Every call records the tree it ran (tree.txt: git rev-parse HEAD, git rev-parse HEAD:csrc, the
 # dirty state of the tree and of csrc/, a sha256 of `git diff HEAD`) and appends one row per check
 # phase to gpu_checks_rows.md, in the format of benchmarks/results/h100/gpu_checks.md, naming that
@@ -57,7 +59,7 @@ fi
 phases=()
 for phase in "$@"; do
   case "$phase" in
-    checks) phases+=(tests_kernels tests_rest fuzz fuzzmem memcheck racecheck) ;;
+    checks) phases+=(tests_kernels tests_rest fuzz fuzzmem memcheck racecheck csrcheck) ;;
     tests) phases+=(tests_kernels tests_rest) ;;
     sanitize) phases+=(memcheck racecheck) ;;
     *) phases+=("$phase") ;;
@@ -85,6 +87,15 @@ for phase in "${phases[@]}"; do
         python3 tools/gpu_fuzz.py --cases 150 --small --corrupt-cases 10 > "$OUT/gpu_tests/fuzz_memcheck.txt" 2>&1
       rc=$?; echo "fuzz under memcheck rc=$rc"; tail -16 "$OUT/gpu_tests/fuzz_memcheck.txt"
       row "memcheck, fuzz" "PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck python tools/gpu_fuzz.py --cases 150 --small --corrupt-cases 10" "rc=$rc: $(grep -E 'ERROR SUMMARY' "$OUT/gpu_tests/fuzz_memcheck.txt" | tail -1)" ;;
+    csrcheck) mkdir -p "$OUT/gpu_tests"; log="$OUT/gpu_tests/csr_kernel_check.txt"
+      nvcc -std=c++20 -O3 -arch=sm_90a -I csrc -o /tmp/csr_kernel_check tools/csr_kernel_check.cu \
+        csrc/cuda/kernels/csr/csr_spmm_xt_gather.cu > "$log" 2>&1 || { tail -20 "$log"; continue; }
+      for tool in none memcheck racecheck; do
+        if [ $tool = none ]; then /tmp/csr_kernel_check >> "$log" 2>&1; else
+          timeout 300 compute-sanitizer --tool $tool --print-limit 20 /tmp/csr_kernel_check >> "$log" 2>&1; fi
+        rc=$?; echo "csr_kernel_check ($tool) rc=$rc $(grep -E 'failures|SUMMARY' "$log" | tail -1)"
+        row "csr_kernel_check, $tool" "compute-sanitizer --tool $tool /tmp/csr_kernel_check" "rc=$rc: $(grep -E 'failures|SUMMARY' "$log" | tail -1)"
+      done ;;
     arch90) src=$(pwd); rm -rf /tmp/nmspmm_arch90; mkdir -p /tmp/nmspmm_arch90
       tar --exclude=./build --exclude='*.so' --exclude=./.git -cf - . | tar -xf - -C /tmp/nmspmm_arch90
       (cd /tmp/nmspmm_arch90 && TORCH_CUDA_ARCH_LIST=9.0 python3 setup.py build_ext --inplace > "$OUT/build_arch90.log" 2>&1) || { tail -20 "$OUT/build_arch90.log"; continue; }
