@@ -295,6 +295,11 @@ inline double compressed_bytes(int64_t n, int64_t k, int64_t N, int64_t M, int64
   return w * static_cast<double>(n) * static_cast<double>(elem) + w * static_cast<double>(L > 0 ? n / L : 0);
 }
 
+// The 2:4 metadata words (tc_meta, docs/format.md): ceil(k / 32) rows of round_up(n / L, 4) words.
+inline double sparse_tc_meta_bytes(int64_t n, int64_t k, int64_t L) {
+  return 4.0 * static_cast<double>((k + 31) / 32) * static_cast<double>(L > 0 ? (n / L + 3) / 4 * 4 : 0);
+}
+
 // The fp32 fallback of a 16-bit call: values and x converted to fp32 (2 bytes read, 4 written per
 // element) and y converted back, three elementwise launches at HBM rate.
 inline double upcast_cost_us(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M) {
@@ -373,6 +378,7 @@ struct DecodeRate {
   double fixed_us, bytes_per_us;
 };
 constexpr DecodeRate kDecodeTcRate{3.37, 2.88e6};
+constexpr DecodeRate kDecodeSparseTcRate{3.37, 2.88e6};
 constexpr DecodeRate kDecodeSplitKF32Rate{6.49, 3.85e6};
 constexpr DecodeRate kDecodeSplitKHalfRate{6.76, 3.18e6};
 inline double decode_cost_us(Kernel kernel, int64_t n, int64_t k, int64_t N, int64_t M, int64_t L) {
@@ -383,6 +389,9 @@ inline double decode_cost_us(Kernel kernel, int64_t n, int64_t k, int64_t N, int
   if (info.family == Family::kDecodeSplitK && L < 4)
     return kDecodeSplitKF32Rate.fixed_us + bytes / kDecodeSplitKF32Rate.bytes_per_us;
   if (info.family == Family::kDecodeTc) return kDecodeTcRate.fixed_us + bytes / kDecodeTcRate.bytes_per_us;
+  if (info.family == Family::kDecodeSparseTc)  // values and the 2:4 metadata words
+    return kDecodeSparseTcRate.fixed_us + (bytes - compressed_bytes(n, k, N, M, L, 0) + sparse_tc_meta_bytes(n, k, L)) /
+                                              kDecodeSparseTcRate.bytes_per_us;
   const double factor = info.family == Family::kDecodeSplitK ? kDecodeF32SplitKFactor : 1.0;
   return kDecodeFixedUs + factor * bytes / kDecodeF32BytesPerUs;
 }

@@ -175,7 +175,8 @@ inline Kernel half_decode_kernel(int config, bool bf16) {
 inline int half_decode_config(Kernel k) {
   if (k == Kernel::kDecodeTcBF16Kept64 || k == Kernel::kDecodeTcF16Kept64)
     return kernels::kHalfDecodeNarrow | kernels::kHalfDecodeKept;
-  return kernel_info(k).variant == 64 ? kernels::kHalfDecodeNarrow : 0;
+  const int sp24 = kernel_family(k) == Family::kDecodeSparseTc ? kernels::kHalfDecodeSparse24 : 0;
+  return sp24 | (kernel_info(k).variant == 64 ? kernels::kHalfDecodeNarrow : 0);
 }
 
 // ---- The search ----
@@ -365,6 +366,23 @@ inline PlanCost plan_decode_tc(const Problem& pb, const Candidates& c) {
                                  decode_rows_us(plan.kernel, pb.m, pb.n, pb.k, pb.N, pb.M, pb.L, plan.split_k));
 }
 
+// 2:4 decode on the sparse tensor cores (fp16 / bf16, sm_90, any L): the block and cluster of
+// decode_tc's fitted plan for the pattern (no kept-row blocks: x is read unstaged by index), up to
+// m = 16 (above it the sparse_tc tiles reuse each weight byte over more tokens), costed by its
+// streaming rate.
+inline PlanCost plan_decode_sparse_tc(const Problem& pb, const Candidates& c) {
+  if (pb.dtype == DType::kF32 || pb.cc < 90 || pb.m > 16 ||
+      !kernels::sparse24_decode_supports(pb.m, pb.n, pb.k, pb.N, pb.M, pb.L))
+    return kNoPlan;
+  const kernels::HalfDecodePlan d = kernels::half_decode_plan(pb.m, pb.n, pb.k, pb.N, pb.M, pb.num_sms > 0 ? pb.num_sms : 132);
+  const bool bf16 = pb.dtype == DType::kBF16, narrow = (d.config & kernels::kHalfDecodeNarrow) != 0;
+  const Plan plan{bf16 ? (narrow ? Kernel::kDecodeSparseTcBF16_64 : Kernel::kDecodeSparseTcBF16_256)
+                       : (narrow ? Kernel::kDecodeSparseTcF16_64 : Kernel::kDecodeSparseTcF16_256),
+                  d.split_k};
+  if (!c.has(plan.kernel)) return kNoPlan;
+  return plan_cost(pb, plan, decode_cost_us(plan.kernel, pb.n, pb.k, pb.N, pb.M, pb.L));
+}
+
 // The gathered tensor-core prefill kernel (fp16 / bf16, sm_80+, m > 16): its split by
 // half_prefill_split, its cost by tc_prefill_cost_us.
 inline PlanCost plan_tc_prefill(const Problem& pb, const Candidates& c) {
@@ -431,6 +449,7 @@ struct FamilyPlan {
 };
 constexpr FamilyPlan kFamilyPlanners[] = {
     {Family::kSparseTc, &plan_sparse_tc},
+    {Family::kDecodeSparseTc, &plan_decode_sparse_tc},
     {Family::kDecodeTc, &plan_decode_tc},
     {Family::kDecodeCluster, &plan_decode_f32},  // the two cluster decode families share the fitted rules
     {Family::kDecodeStaged, &plan_decode_f32},

@@ -36,6 +36,7 @@ enum class Family : int {
   kTcPrefill,      // fp16 / bf16, sm_80+: gathered ldmatrix + mma.sync over a k-major copy of x
   kDenseExpand,    // any dtype: the weight expanded to dense for the call, then cuBLAS
   kSparseTc,       // fp16 / bf16, sm_90a, N:M = 2:4 (any L): wgmma.sp on the sparse tensor cores
+  kDecodeSparseTc, // fp16 / bf16, m <= 64, clusters, 2:4 (any L): decode_tc's stream into mma.sp
 };
 inline const char* family_name(Family f) {
   switch (f) {
@@ -52,6 +53,7 @@ inline const char* family_name(Family f) {
     case Family::kTcPrefill: return "tc_prefill";
     case Family::kDenseExpand: return "dense_expand";
     case Family::kSparseTc: return "sparse_tc";
+    case Family::kDecodeSparseTc: return "decode_sparse_tc";
   }
   return "?";
 }
@@ -101,6 +103,10 @@ enum class Kernel : int {
   kSparseTcF16_128x128,
   kSparseTcF16_64x128,
   kSparseTcF16_16x128,
+  kDecodeSparseTcBF16_64,
+  kDecodeSparseTcBF16_256,
+  kDecodeSparseTcF16_64,
+  kDecodeSparseTcF16_256,
   kCount,
   kNone = -1,
 };
@@ -191,6 +197,12 @@ constexpr KernelInfo kKernelTable[] = {
     {Kernel::kSparseTcF16_128x128, "sparse_tc_f16_128x128_sm90a", Family::kSparseTc, DType::kF16, 128, 128, 9, 2, 1, 4, 0, 90, true, false, false, kMaxSparseTcSplit},
     {Kernel::kSparseTcF16_64x128, "sparse_tc_f16_64x128_sm90a", Family::kSparseTc, DType::kF16, 64, 128, 9, 1, 1, 4, 0, 90, true, false, false, kMaxSparseTcSplit},
     {Kernel::kSparseTcF16_16x128, "sparse_tc_f16_16x128_sm90a", Family::kSparseTc, DType::kF16, 16, 128, 9, 1, 1, 4, 0, 90, true, false, false, kMaxSparseTcSplit},
+    // 2:4 decode (kernels/half/decode_half.cuh, kHalfDecodeSparse24): the decode_tc blocks of 64 or
+    // 256 output columns (variant), the weight's stream fed to mma.sp; split_k = cluster size.
+    {Kernel::kDecodeSparseTcBF16_64, "decode_sparse_tc_bf16_64", Family::kDecodeSparseTc, DType::kBF16, 0, 64, 8, 64, 1, 4, 64, 90, false, false, false, kMaxDecodeCluster},
+    {Kernel::kDecodeSparseTcBF16_256, "decode_sparse_tc_bf16_256", Family::kDecodeSparseTc, DType::kBF16, 0, 256, 8, 256, 1, 4, 64, 90, false, false, false, kMaxDecodeCluster},
+    {Kernel::kDecodeSparseTcF16_64, "decode_sparse_tc_f16_64", Family::kDecodeSparseTc, DType::kF16, 0, 64, 8, 64, 1, 4, 64, 90, false, false, false, kMaxDecodeCluster},
+    {Kernel::kDecodeSparseTcF16_256, "decode_sparse_tc_f16_256", Family::kDecodeSparseTc, DType::kF16, 0, 256, 8, 256, 1, 4, 64, 90, false, false, false, kMaxDecodeCluster},
 };
 constexpr int kNumKernels = static_cast<int>(Kernel::kCount);
 static_assert(sizeof(kKernelTable) / sizeof(kKernelTable[0]) == kNumKernels, "one kKernelTable row per Kernel");
@@ -284,7 +296,7 @@ inline bool kernel_supports(Kernel kernel, int64_t m, int64_t N, int64_t M, int6
   // M >= 8 (a 16-slot fragment spans at most two windows of 8).
   if (k.family == Family::kTcPrefill) return M >= 8;
   // The sparse tensor cores select 2 of every 4 inputs.
-  if (k.family == Family::kSparseTc) return N == 2 && M == 4;
+  if (k.family == Family::kSparseTc || k.family == Family::kDecodeSparseTc) return N == 2 && M == 4;
   return true;
 }
 
@@ -295,6 +307,11 @@ inline bool is_half_kernel(Kernel kernel) {
 }
 inline bool is_sparse_tc_kernel(Kernel kernel) {
   return valid_kernel(kernel) && kernel_info(kernel).family == Family::kSparseTc;
+}
+// The kernels that read the 2:4 metadata (tc_meta): sparse_tc and decode_sparse_tc.
+inline bool reads_tc_meta(Kernel kernel) {
+  return valid_kernel(kernel) &&
+         (kernel_info(kernel).family == Family::kSparseTc || kernel_info(kernel).family == Family::kDecodeSparseTc);
 }
 // Whether a sparse_tc kernel takes a split (a power-of-two cluster of at most 8 blocks).
 inline bool sparse_tc_split_ok(int split) { return split == 1 || split == 2 || split == 4 || split == 8; }

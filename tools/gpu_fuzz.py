@@ -357,10 +357,22 @@ def run_random_case(i, rnd, gen, tally, kernels, cc, small):
               f"{desc} kernel={kernel} split_k={split_k} err/tol={ratio:.3g}")
 
 
+def sparse_tc_plan(rnd, kernels, m, dtype):
+    """A random 2:4 plan on the sparse tensor cores for m tokens in dtype: a sparse_tc kernel and
+    split (1, 2, 4, 8), or for m <= 64 as often a decode_sparse_tc kernel and cluster (1-16)."""
+    bf16 = dtype == torch.bfloat16
+    stc = [kn for kn in kernels if kn.startswith("sparse_tc_") and ("_bf16_" in kn) == bf16]
+    dec = [kn for kn in kernels if kn.startswith("decode_sparse_tc_") and ("_bf16_" in kn) == bf16]
+    if m <= 64 and dec and rnd.random() < 0.5:
+        return rnd.choice(dec), rnd.choice([1, 2, 3, 5, 8, 16])
+    return rnd.choice(stc), rnd.choice([1, 1, 2, 4, 8])
+
+
 def run_sparse_tc_case(i, rnd, gen, tally, kernels, cc, small):
     """2:4 on the sparse tensor cores (sm_90a): a random problem with in and out multiples of 8,
-    any L, a random sparse_tc kernel and split (1, 2, 4, 8), with or without the weight's tc_meta
-    (without it the call builds it), and the heuristic's plan on the same problem."""
+    any L, a random sparse_tc kernel and split (1, 2, 4, 8) or, for m <= 64, decode_sparse_tc kernel
+    and cluster (1-16), with or without the weight's tc_meta (without it the call builds it), and
+    the heuristic's plan on the same problem."""
     stc = [kn for kn in kernels if kn.startswith("sparse_tc_")]
     if DEVICE != "cuda" or cc != 90 or not stc:
         return
@@ -375,8 +387,7 @@ def run_sparse_tc_case(i, rnd, gen, tally, kernels, cc, small):
     x, layout = draw_x(rnd, m, k, dtype, gen)
     tc_meta = ops.sparse_tc_meta(indices, 2, 4, L, k) if rnd.random() < 0.7 else None
     ref, scale = reference(x, dense_of(values, indices, 2, 4, L, k), bias)
-    kernel = rnd.choice([kn for kn in stc if ("_bf16_" in kn) == (dtype == torch.bfloat16)])
-    split_k = rnd.choice([1, 1, 2, 4, 8])
+    kernel, split_k = sparse_tc_plan(rnd, kernels, m, dtype)
     desc = (f"case {i}: m={m} n={n} k={k} 2:4 L={L} {str(dtype)[6:]} {layout} bias={bias is not None} "
             f"tc_meta={tc_meta is not None} kernel={kernel} split_k={split_k}")
     for cat, run in (("sparse_tc: forced plan", lambda: ops.spmm_with_plan(x, values, indices, 2, 4, L, bias, None, None,
@@ -552,7 +563,7 @@ def tc_meta_positions(meta, windows, vectors):
 
 def run_corrupt_tc_meta_case(i, rnd, gen, tally, kernels, cc, small):
     """A tc_meta that does not describe the indices (only the raw op takes one: NMWeight and NMLinear
-    build it from the indices). The sparse_tc plans read positions from tc_meta alone, as 2-bit
+    build it from the indices). The sparse_tc and decode_sparse_tc plans read positions from tc_meta alone, as 2-bit
     selectors inside each group of four inputs, so no word can make them read outside the operands
     (fuzzmem checks that). Where a nibble holds an ascending pair, the output is the product with
     the weight that tc_meta describes; a vector with a repeated or descending pair (outside the six
@@ -583,8 +594,7 @@ def run_corrupt_tc_meta_case(i, rnd, gen, tally, kernels, cc, small):
     ref, scale = reference(x, dense_of(values, described, 2, 4, L, k), None)
     good = (p0 < p1).all(0).repeat_interleave(L)  # outputs of vectors whose pairs are all defined
     desc = f"case {i}: {kind} m={m} n={n} k={k} 2:4 L={L} {str(dtype)[6:]}, {int((~good).sum())} outputs unspecified"
-    kernel = rnd.choice([kn for kn in stc if ("_bf16_" in kn) == (dtype == torch.bfloat16)])
-    split_k = rnd.choice([1, 2, 4, 8])
+    kernel, split_k = sparse_tc_plan(rnd, kernels, m, dtype)
     try:
         y = ops.spmm_with_plan(x, values, indices, 2, 4, L, None, None, None, kernel, split_k, meta)
     except RuntimeError as e:

@@ -23,15 +23,28 @@ namespace nmspmm {
 // spmm_ops.cpp: whether this launch may start before the kernel before it in the stream (its
 // weight does not overlap what the stream's last SpMM wrote); records the launch's output.
 bool decode_launch_may_overlap(const at::Tensor& values, const at::Tensor& indices, const at::Tensor& y);
+// spmm_sparse_tc.cpp: the weight's 2:4 metadata, or built for the call.
+at::Tensor sparse_tc_meta_for_call(const at::Tensor& indices, int64_t in, int64_t out, int64_t L,
+                                   const std::optional<at::Tensor>& tc_meta, cudaStream_t stream);
 
-// Runs a decode_tc_* plan: config (kernels::kHalfDecodeNarrow, kHalfDecodeKept) picks blocks of 64
-// or 256 output columns and the x staging; k split over a cluster of split_k blocks. x2 is x reshaped to [m, in] with m >= 1; the caller has checked every argument
-// and the plan (registry and compute capability).
+// Runs a decode_tc_* or decode_sparse_tc_* plan: config (kernels::kHalfDecodeNarrow, kHalfDecodeKept,
+// kHalfDecodeSparse24) picks blocks of 64 or 256 output columns, the x staging and the product;
+// k split over a cluster of split_k blocks. x2 is x reshaped to [m, in] with m >= 1; the caller
+// has checked every argument (tc_meta against the pattern's shape) and the plan (registry and
+// compute capability).
 at::Tensor spmm_half_decode(const at::Tensor& x2, const at::Tensor& values, const at::Tensor& indices, int64_t N,
-                            int64_t M, int64_t L, const std::optional<at::Tensor>& bias, int config, int split_k) {
+                            int64_t M, int64_t L, const std::optional<at::Tensor>& bias, int config, int split_k,
+                            const std::optional<at::Tensor>& tc_meta) {
   const int64_t m = x2.size(0), in = x2.size(1), out = values.size(1);
-  TORCH_CHECK(kernels::half_decode_supports(m, out, in, N, M, L), "nmspmm.spmm: the fp16/bf16 decode kernels cannot run m=",
-              m, " n=", out, " k=", in, " with pattern ", N, ":", M, " L=", L);
+  const bool sp24 = (config & kernels::kHalfDecodeSparse24) != 0;
+  if (sp24) {  // only a forced plan reaches here with such a shape (the heuristic plans another family)
+    TORCH_CHECK(kernels::sparse24_decode_supports(m, out, in, N, M, L), "nmspmm.spmm_with_plan: the 2:4 decode kernels ",
+                "run m <= ", kernels::kHalfDecodeMaxM, " and out_features divisible by 8 (16-byte rows of values), got m=",
+                m, " out_features=", out);
+  } else {
+    TORCH_CHECK(kernels::half_decode_supports(m, out, in, N, M, L), "nmspmm.spmm: the fp16/bf16 decode kernels cannot run m=",
+                m, " n=", out, " k=", in, " with pattern ", N, ":", M, " L=", L);
+  }
   TORCH_CHECK(split_k >= 1 && split_k <= kernels::kHalfDecodeMaxSplit, "nmspmm.spmm: split_k of the decode_tc kernels is ",
               "their cluster size and must be in [1, ", kernels::kHalfDecodeMaxSplit, "], got ", split_k);
   at::Tensor x = x2;
@@ -44,7 +57,17 @@ at::Tensor spmm_half_decode(const at::Tensor& x2, const at::Tensor& values, cons
   at::Tensor y = at::empty({m, out}, x.options());
 
   kernels::HalfSpmmParams p = half_params(x, m > 1 ? x.stride(0) : in, vals, idx, b, y, N, M, L, split_k);
-  if (decode_launch_may_overlap(vals, idx, y)) config |= kernels::kHalfDecodeDependentLaunch;
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  at::Tensor meta;
+  if (sp24) {
+    meta = sparse_tc_meta_for_call(idx, in, out, L, tc_meta, stream);
+    p.meta = reinterpret_cast<const uint32_t*>(meta.data_ptr<int32_t>());
+    p.meta_ld = meta.size(1);
+  }
+  // Read before the dependency wait: values and indices, or (2:4) values and the metadata. A raw
+  // call's metadata is written by the launch just before, so that kernel does not start early.
+  if (decode_launch_may_overlap(vals, sp24 ? meta : idx, y) && (!sp24 || tc_meta.has_value()))
+    config |= kernels::kHalfDecodeDependentLaunch;
   // The kernels reduce on chip and need no scratch; the interface allows it.
   const size_t scratch_bytes = kernels::half_decode_scratch_bytes(p, config);
   at::Tensor scratch;
@@ -53,7 +76,7 @@ at::Tensor spmm_half_decode(const at::Tensor& x2, const at::Tensor& values, cons
     p.scratch = scratch.data_ptr();
     p.scratch_bytes = scratch_bytes;
   }
-  const cudaError_t err = kernels::launch_half_decode(p, config, c10::cuda::getCurrentCUDAStream());
+  const cudaError_t err = kernels::launch_half_decode(p, config, stream);
   TORCH_CHECK(err == cudaSuccess, "nmspmm.spmm: fp16/bf16 decode kernel (config ", config, ", split_k=", split_k,
               ") failed for m=", m, " n=", out, " k=", in, ": ", cudaGetErrorString(err));
   return y;

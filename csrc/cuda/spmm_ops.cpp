@@ -25,7 +25,8 @@ namespace nmspmm {
 // spmm_half_decode.cpp / spmm_half_prefill.cpp: the native fp16 / bf16 plans (decode_tc_*,
 // decode_splitk_*; tc_prefill_* and dense_expand_*), on x reshaped to [m, in] with m >= 1.
 at::Tensor spmm_half_decode(const at::Tensor& x2, const at::Tensor& values, const at::Tensor& indices, int64_t N,
-                            int64_t M, int64_t L, const std::optional<at::Tensor>& bias, int config, int split_k);
+                            int64_t M, int64_t L, const std::optional<at::Tensor>& bias, int config, int split_k,
+                            const std::optional<at::Tensor>& tc_meta);
 at::Tensor spmm_decode_splitk_half(const at::Tensor& x2, const at::Tensor& values, const at::Tensor& indices,
                                    int64_t N, int64_t M, int64_t L, const std::optional<at::Tensor>& bias, int split_k,
                                    bool overlap);
@@ -237,8 +238,8 @@ at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const a
     at::Tensor y;
     if (info.family == Family::kSparseTc)
       y = spmm_sparse_tc(x2, values, indices, L, bias, tc_meta, plan.kernel, plan.split_k);
-    else if (info.family == Family::kDecodeTc)
-      y = spmm_half_decode(x2, values, indices, N, M, L, bias, half_decode_config(plan.kernel), plan.split_k);
+    else if (info.family == Family::kDecodeTc || info.family == Family::kDecodeSparseTc)
+      y = spmm_half_decode(x2, values, indices, N, M, L, bias, half_decode_config(plan.kernel), plan.split_k, tc_meta);
     else if (info.family == Family::kDecodeSplitK)  // the reduction overlaps its kernel's tail where fp32's does
       y = spmm_decode_splitk_half(x2, values, indices, N, M, L, bias, plan.split_k, clusters && ab_switches().overlap);
     else

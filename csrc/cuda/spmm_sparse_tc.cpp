@@ -18,6 +18,25 @@ namespace {
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 }  // namespace
 
+// The 2:4 metadata a kernel reads: the weight's tc_meta (checked by the caller against the
+// pattern's shape), 16-byte aligned, or, for a raw call without it, built for the call.
+at::Tensor sparse_tc_meta_for_call(const at::Tensor& indices, int64_t in, int64_t out, int64_t L,
+                                   const std::optional<at::Tensor>& tc_meta, cudaStream_t stream) {
+  if (tc_meta.has_value()) {
+    at::Tensor meta = tc_meta->contiguous();
+    return aligned16(meta.data_ptr()) ? meta : meta.clone();
+  }
+  const int64_t meta_rows = (in + 31) / 32, meta_ld = (out / L + 3) / 4 * 4;
+  at::Tensor meta = at::empty({meta_rows, meta_ld}, indices.options().dtype(at::kInt));
+  const at::Tensor idx = indices.contiguous();
+  const cudaError_t err = kernels::launch_sparse_tc_meta(idx.data_ptr<uint8_t>(), in, out, static_cast<int>(L),
+                                                         reinterpret_cast<uint32_t*>(meta.data_ptr<int32_t>()),
+                                                         meta_ld, stream);
+  TORCH_CHECK(err == cudaSuccess, "nmspmm.spmm: building the sparse tensor-core metadata failed: ",
+              cudaGetErrorString(err));
+  return meta;
+}
+
 // x2 is x reshaped to [m, in], m >= 1; the caller has checked every argument, the plan and the
 // device. tc_meta, if given, has been checked against the pattern's shape (checks.h).
 at::Tensor spmm_sparse_tc(const at::Tensor& x2, const at::Tensor& values, const at::Tensor& indices, int64_t L,
@@ -43,27 +62,14 @@ at::Tensor spmm_sparse_tc(const at::Tensor& x2, const at::Tensor& values, const 
     if (!aligned16(b.data_ptr())) b = b.clone();
   }
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  const int64_t meta_rows = (in + 31) / 32, meta_ld = (out / L + 3) / 4 * 4;
-  at::Tensor meta;
-  if (tc_meta.has_value()) {
-    meta = tc_meta->contiguous();
-    if (!aligned16(meta.data_ptr())) meta = meta.clone();
-  } else {
-    meta = at::empty({meta_rows, meta_ld}, values.options().dtype(at::kInt));
-    const at::Tensor idx = indices.contiguous();
-    const cudaError_t err = kernels::launch_sparse_tc_meta(idx.data_ptr<uint8_t>(), in, out, static_cast<int>(L),
-                                                           reinterpret_cast<uint32_t*>(meta.data_ptr<int32_t>()),
-                                                           meta_ld, stream);
-    TORCH_CHECK(err == cudaSuccess, "nmspmm.spmm: building the sparse tensor-core metadata failed: ",
-                cudaGetErrorString(err));
-  }
+  const at::Tensor meta = sparse_tc_meta_for_call(indices, in, out, L, tc_meta, stream);
   at::Tensor y = at::empty({m, out}, x.options());
   kernels::SparseTcParams p{};
   p.x = x.data_ptr();
   p.ldx = m > 1 ? x.stride(0) : in;
   p.values = vals.data_ptr();
   p.meta = reinterpret_cast<const uint32_t*>(meta.data_ptr<int32_t>());
-  p.meta_ld = meta_ld;
+  p.meta_ld = meta.size(1);
   p.bias = b.defined() ? b.data_ptr() : nullptr;
   p.y = y.data_ptr();
   p.m = m;

@@ -30,8 +30,13 @@
 //  * Index bytes are masked with M - 1 (no byte value reads outside its window's staged rows);
 //    rows past the block's range and columns past n are zero-filled by the copies and gather a
 //    zero row of xT (Kept: zero slab rows).
-//  * With programmatic dependent launch (config bit kHalfDecodeDependentLaunch) only `values` and
-//    `indices` are read before griddepcontrol.wait; x, bias and y after it.
+//  * Sparse24 (N:M = 2:4, any L): the step's 16 compressed rows are the kept half of 32 consecutive
+//    inputs, so x needs no gather: the B operand is 32 consecutive xT rows and the product is one
+//    mma.sp m16n8k32 on the sparse tensor cores, whose 2-bit selectors come from the weight's
+//    tc_meta words (docs/format.md), copied into the ring with the step's values. A block's k-range
+//    is whole 32-input metadata rows; inputs past k are zero rows of xT.
+//  * With programmatic dependent launch (config bit kHalfDecodeDependentLaunch) only `values`,
+//    `indices` and `tc_meta` are read before griddepcontrol.wait; x, bias and y after it.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -55,6 +60,7 @@ constexpr int kStages = 4;   // ring slots per warp (kStages - 1 steps in flight
 constexpr int CT = 4;        // 16-column tiles per warp (64 output columns)
 constexpr int kStep = 16;    // compressed rows per step (the k of one m16n8k16 product)
 constexpr int kMaxSmem = 227 * 1024;
+constexpr int kMetaSlotBytes = 256;  // Sparse24: a step's metadata words (64 columns at L = 1)
 
 struct Bf16 {
   __device__ __forceinline__ static uint16_t from_float(float f) {
@@ -67,6 +73,15 @@ struct Bf16 {
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   }
+  // Sparse: A holds the kept half of 16 rows x 32 inputs, e this thread's 2-bit selectors
+  // (sparsity selector 0), b the 32 x 8 dense operand.
+  __device__ __forceinline__ static void mma_sp(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[4],
+                                                uint32_t e) {
+    asm("mma.sp.sync.aligned.m16n8k32.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9,%10,%11}, {%0,%1,%2,%3}, %12, 0x0;\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(b[2]), "r"(b[3]), "r"(e));
+  }
 };
 
 struct F16 {
@@ -77,6 +92,15 @@ struct F16 {
         "{%0,%1,%2,%3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+  // Sparse: A holds the kept half of 16 rows x 32 inputs, e this thread's 2-bit selectors
+  // (sparsity selector 0), b the 32 x 8 dense operand.
+  __device__ __forceinline__ static void mma_sp(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[4],
+                                                uint32_t e) {
+    asm("mma.sp.sync.aligned.m16n8k32.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9,%10,%11}, {%0,%1,%2,%3}, %12, 0x0;\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(b[2]), "r"(b[3]), "r"(e));
   }
 };
 
@@ -107,6 +131,10 @@ struct Args {
   int m, N, M, L;
   int x_rows;         // rows of the xT buffer (a multiple of M), plus one zero row after them
   int x_pairs;        // x is read in 4-byte pairs (x 4-byte aligned, ldx even)
+  // Sparse24: the metadata words [ceil(k / 32), meta_ld] and the input count.
+  const uint32_t* meta;
+  int64_t meta_ld;
+  int64_t k;
 };
 
 // Byte offset of 16-byte chunk c of row r of a ring slot (C chunks per row): XOR-swizzled so that
@@ -119,9 +147,9 @@ __device__ __forceinline__ int slot_offset(int r, int c) {
 
 // Shared memory of one launch: the weight rings and the xT buffer (x_rows + 1 rows), or the
 // partial tiles of the epilogue (aliasing them), whichever is larger.
-template <int NT, int W, int CW>
+template <int NT, int W, int CW, bool Sp24 = false>
 __host__ __device__ constexpr int ring_bytes() {
-  return W * kStages * kStep * CT * 16 * 2;
+  return W * kStages * (kStep * CT * 16 * 2 + (Sp24 ? kMetaSlotBytes : 0));
 }
 template <int NT, int W, int CW>
 __host__ __device__ constexpr int red_bytes() {
@@ -130,25 +158,26 @@ __host__ __device__ constexpr int red_bytes() {
 // Kept (narrow blocks only): x_rows is the rows of one vector's slab of kept x rows (a multiple of
 // 16), V = kept_slabs(L) slabs, plus one index byte per slab row.
 __host__ __device__ constexpr int kept_slabs(int L) { return L >= 64 ? 1 : 64 / L; }
-template <int NT, int W, int CW, bool Kept>
+template <int NT, int W, int CW, bool Kept, bool Sp24>
 inline size_t smem_bytes(int x_rows, int L) {
   const size_t xb = Kept ? static_cast<size_t>(kept_slabs(L)) * x_rows * (NT * 16 + 1)
                          : static_cast<size_t>(x_rows + 1) * NT * 16;
-  const size_t main = ring_bytes<NT, W, CW>() + xb;
+  const size_t main = ring_bytes<NT, W, CW, Sp24>() + xb;
   const size_t red = red_bytes<NT, W, CW>();
   return main > red ? main : red;
 }
 
 // T: Bf16 or F16. NT: 8-token tiles (m <= 8 NT). W: warps per block, CW of them along the output
-// columns (4: 256 columns, or 1: 64), W / CW along k.
-template <class T, int NT, int W, int CW, bool Kept>
+// columns (4: 256 columns, or 1: 64), W / CW along k. Kept / Sp24: the x staging and product above.
+template <class T, int NT, int W, int CW, bool Kept, bool Sp24>
 __global__ void __launch_bounds__(W * 32, NT <= 2 ? 16 / W : 1) decode_half_kernel(const Args a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
   __trap();  // the launcher refuses devices without clusters; never reached
 #else
   constexpr int KW = W / CW;
   constexpr int C = 2 * CT;                      // 16-byte chunks per ring row
-  constexpr int kSlotBytes = kStep * C * 16;     // one step of one warp
+  constexpr int kValBytes = kStep * C * 16;      // one step of one warp: values
+  constexpr int kSlotBytes = kValBytes + (Sp24 ? kMetaSlotBytes : 0);  // (Sp24: then its metadata words)
   constexpr int BN = 16 * CT * CW;               // output columns per block
   constexpr int BNp = BN + 4;                    // partial-tile row (floats), padded
   constexpr int kRowBytes = NT * 16;             // one xT row
@@ -163,11 +192,12 @@ __global__ void __launch_bounds__(W * 32, NT <= 2 ? 16 / W : 1) decode_half_kern
 
   unsigned char* const ring = smem + warp * kStages * kSlotBytes;
   const unsigned ring_s = static_cast<unsigned>(__cvta_generic_to_shared(ring));
-  unsigned char* const xbuf = smem + ring_bytes<NT, W, CW>();
+  unsigned char* const xbuf = smem + ring_bytes<NT, W, CW, Sp24>();
   const unsigned xbuf_s = static_cast<unsigned>(__cvta_generic_to_shared(xbuf));
   const int x_rows = a.x_rows;
 
   static_assert(!Kept || CW == 1, "kept-row staging is for blocks of 64 columns");
+  static_assert(!(Kept && Sp24), "2:4 reads x unstaged by index");
   // Kept: V slabs of x_rows rows, slab v holding, for compressed row u0 + r of the pass, the x row
   // that vector v of the block keeps there (zero past the range), then the slabs' index bytes.
   const int V = kept_slabs(L);
@@ -178,16 +208,30 @@ __global__ void __launch_bounds__(W * 32, NT <= 2 ? 16 / W : 1) decode_half_kern
     for (int i = tid; i < kRowBytes / 16; i += kThreads)
       reinterpret_cast<uint4*>(xbuf + static_cast<size_t>(x_rows) * kRowBytes)[i] = make_uint4(0, 0, 0, 0);
 
-  // This block's compressed rows: whole windows [g0, g1) of the k-split blockIdx.y.
-  const int64_t g0 = a.windows * blockIdx.y / gridDim.y;
-  const int64_t g1 = a.windows * (blockIdx.y + 1) / gridDim.y;
+  // This block's compressed rows: whole windows [g0, g1) of the k-split blockIdx.y (Sp24: whole
+  // metadata rows of 8 windows, so that step s is metadata row g0 / 8 + s).
+  int64_t g0, g1;
+  if (Sp24) {
+    const int64_t rows8 = (a.windows + 7) / 8;
+    g0 = 8 * (rows8 * blockIdx.y / gridDim.y);
+    g1 = 8 * (rows8 * (blockIdx.y + 1) / gridDim.y);
+    if (g1 > a.windows) g1 = a.windows;
+  } else {
+    g0 = a.windows * blockIdx.y / gridDim.y;
+    g1 = a.windows * (blockIdx.y + 1) / gridDim.y;
+  }
   const int64_t u0 = g0 * N, u_end = g1 * N;
   const int64_t steps = (u_end - u0 + kStep - 1) / kStep;
   // Steps per pass: a pass of s steps touches at most (16 s - 1) / N + 2 windows (Kept: 16 s rows
-  // per slab).
+  // per slab; Sp24: 32 s xT rows).
   const int64_t xw = x_rows / M;
-  const int64_t fit = Kept ? x_rows / kStep : g1 - g0 <= xw ? steps : (xw - 1) * N / kStep;
+  const int64_t fit = Sp24 ? x_rows / 32 : Kept ? x_rows / kStep : g1 - g0 <= xw ? steps : (xw - 1) * N / kStep;
   const int64_t per_pass = fit < 1 ? 1 : fit;
+  // Sp24: the first metadata word of the warp's columns (a 16-byte chunk holds words wb .. wb + 3),
+  // the 16-byte chunks a step copies, and the vector shift (L is a power of two).
+  const int l_shift = 31 - __clz(L);
+  const int64_t meta_w0 = (col0 >> l_shift) & ~int64_t{3};
+  const int meta_chunks = L >= 16 ? 1 : 16 / L;
 
   // Index columns of the warp's tiles (clamped: a tile past n loads in-bounds bytes, never used).
   int64_t vcol[CT];
@@ -223,8 +267,17 @@ __global__ void __launch_bounds__(W * 32, NT <= 2 ? 16 / W : 1) decode_half_kern
         const uint16_t* src = ok ? a.values + u * n + col : a.values;
         cp_async_16(ring + slot * kSlotBytes + slot_offset<C>(r, c), src, ok);
       }
+      if (Sp24) {
+        // The step's metadata words: row (u0 + 16 s) / 16 of tc_meta (u0 is a multiple of 16).
+        if (lane < meta_chunks) {
+          const int64_t w = meta_w0 + 4 * lane;
+          const bool ok = w < a.meta_ld;
+          const uint32_t* src = ok ? a.meta + (us / kStep) * a.meta_ld + w : a.meta;
+          cp_async_16(ring + slot * kSlotBytes + kValBytes + 16 * lane, src, ok);
+        }
+      }
       const int64_t u = us + my_slot;
-      if (!Kept && u < u_end) {
+      if (!Kept && !Sp24 && u < u_end) {
         const uint8_t* ip = a.indices + u * q;
 #pragma unroll
         for (int ct = 0; ct < CT; ++ct)
@@ -305,12 +358,12 @@ __global__ void __launch_bounds__(W * 32, NT <= 2 ? 16 / W : 1) decode_half_kern
         }
       }
     } else {
-      // Stage xT for the windows [pw0, pw1) this pass touches.
+      // Stage xT for the windows [pw0, pw1) this pass touches (Sp24: 32 rows per step, zero past k).
       pw0 = (u0 + sa * kStep) / N;
       const int64_t ulast = u0 + sb * kStep - 1 < u_end - 1 ? u0 + sb * kStep - 1 : u_end - 1;
       const int64_t pw1 = ulast / N + 1;
       {
-        const int rows = static_cast<int>((pw1 - pw0) * M);  // even: M >= 2
+        const int rows = Sp24 ? static_cast<int>(sb - sa) * 32 : static_cast<int>((pw1 - pw0) * M);  // even
         const int64_t kb = pw0 * M;                           // first x column
         constexpr int CX = NT;                                // 16-byte chunks (8 tokens) per xT row
         const int items = rows / 2 * CX;
@@ -327,7 +380,7 @@ __global__ void __launch_bounds__(W * 32, NT <= 2 ? 16 / W : 1) decode_half_kern
             for (int e = 0; e < 8; ++e) {
               const int tok = 8 * c + e;
               v[b][e] = 0;
-              if (it < items && tok < m) {
+              if (it < items && tok < m && (!Sp24 || kb + 2 * j < a.k)) {
                 const uint16_t* src = a.x + tok * a.ldx + kb + 2 * j;
                 if (a.x_pairs) {
                   v[b][e] = *reinterpret_cast<const uint32_t*>(src);
@@ -372,36 +425,57 @@ __global__ void __launch_bounds__(W * 32, NT <= 2 ? 16 / W : 1) decode_half_kern
         if (i < cnt) {
           cp_async_wait<kStages - 2>();
           __syncwarp();
-          // Gathered xT row of this lane's k-row of the step (Kept: its row of each slab).
-          const int64_t u = u0 + step_of(i) * kStep + my_slot;
-          const bool ok = u < u_end;
-          const int wrow = Kept ? static_cast<int>(step_of(i) - sa) * kStep + my_slot
-                           : ok ? static_cast<int>((static_cast<uint64_t>(u) * a.magic >> 32) - pw0) * M : 0;
-          uint32_t b[NT][2];
+          if (Sp24) {
+            // B: the step's 32 xT rows (lane l addresses row l: matrix r = rows 8r .. 8r + 7), one
+            // fragment per 8 tokens, shared by every column tile; A and the selectors per tile.
+            const unsigned xaddr = xbuf_s + static_cast<unsigned>(static_cast<int>(step_of(i) - sa) * 32 + lane) * kRowBytes;
+            uint32_t bs[NT][4];
 #pragma unroll
-          for (int ct = 0; ct < CT; ++ct) {
-            uint32_t af[4];
-            ldsm_x4_trans(af, ring_s + j * kSlotBytes + slot_offset<C>(a_row, 2 * ct + a_chunk));
-            if (ct == 0 || (16 * ct) % L == 0) {
-              const int xr = Kept ? (L >= 64 ? 0 : 16 * ct / L) * x_rows + wrow
-                             : ok ? wrow + (idx[j][ct] & (M - 1)) : x_rows;
-              const unsigned baddr = xbuf_s + static_cast<unsigned>(xr) * kRowBytes + (lane >> 4) * 16;
-              if (NT == 1) {
-                ldsm_x2_trans(b[0][0], b[0][1], baddr);
-              } else {
+            for (int nt = 0; nt < NT; ++nt) ldsm_x4_trans(bs[nt], xaddr + nt * 16);
+            const uint32_t* mw = reinterpret_cast<const uint32_t*>(ring + j * kSlotBytes + kValBytes);
+            const int half_shift = 16 * (lane & 1);  // inputs 16 (lane & 1) .. + 15 of the step
 #pragma unroll
-                for (int h = 0; h < NT / 2; ++h) {
-                  uint32_t r[4];
-                  ldsm_x4_trans(r, baddr + h * 32);
-                  b[2 * h][0] = r[0];
-                  b[2 * h][1] = r[1];
-                  b[2 * h + 1][0] = r[2];
-                  b[2 * h + 1][1] = r[3];
+            for (int ct = 0; ct < CT; ++ct) {
+              uint32_t af[4];
+              ldsm_x4_trans(af, ring_s + j * kSlotBytes + slot_offset<C>(a_row, 2 * ct + a_chunk));
+              const int64_t o = col0 + 16 * ct + (lane >> 2);  // rows o and o + 8 of the tile
+              const uint32_t w0 = mw[(o >> l_shift) - meta_w0], w1 = mw[((o + 8) >> l_shift) - meta_w0];
+              const uint32_t e = ((w0 >> half_shift) & 0xFFFFu) | (((w1 >> half_shift) & 0xFFFFu) << 16);
+#pragma unroll
+              for (int nt = 0; nt < NT; ++nt) T::mma_sp(acc[ct][nt], af, bs[nt], e);
+            }
+          } else {
+            // Gathered xT row of this lane's k-row of the step (Kept: its row of each slab).
+            const int64_t u = u0 + step_of(i) * kStep + my_slot;
+            const bool ok = u < u_end;
+            const int wrow = Kept ? static_cast<int>(step_of(i) - sa) * kStep + my_slot
+                             : ok ? static_cast<int>((static_cast<uint64_t>(u) * a.magic >> 32) - pw0) * M : 0;
+            uint32_t b[NT][2];
+#pragma unroll
+            for (int ct = 0; ct < CT; ++ct) {
+              uint32_t af[4];
+              ldsm_x4_trans(af, ring_s + j * kSlotBytes + slot_offset<C>(a_row, 2 * ct + a_chunk));
+              if (ct == 0 || (16 * ct) % L == 0) {
+                const int xr = Kept ? (L >= 64 ? 0 : 16 * ct / L) * x_rows + wrow
+                               : ok ? wrow + (idx[j][ct] & (M - 1)) : x_rows;
+                const unsigned baddr = xbuf_s + static_cast<unsigned>(xr) * kRowBytes + (lane >> 4) * 16;
+                if (NT == 1) {
+                  ldsm_x2_trans(b[0][0], b[0][1], baddr);
+                } else {
+#pragma unroll
+                  for (int h = 0; h < NT / 2; ++h) {
+                    uint32_t r[4];
+                    ldsm_x4_trans(r, baddr + h * 32);
+                    b[2 * h][0] = r[0];
+                    b[2 * h][1] = r[1];
+                    b[2 * h + 1][0] = r[2];
+                    b[2 * h + 1][1] = r[3];
+                  }
                 }
               }
-            }
 #pragma unroll
-            for (int nt = 0; nt < NT; ++nt) T::mma(acc[ct][nt], af, b[nt][0], b[nt][1]);
+              for (int nt = 0; nt < NT; ++nt) T::mma(acc[ct][nt], af, b[nt][0], b[nt][1]);
+            }
           }
           __syncwarp();  // every lane is done with slot j - 1 before it is refilled
           const int64_t inext = i + kStages - 1;
@@ -449,9 +523,9 @@ __global__ void __launch_bounds__(W * 32, NT <= 2 ? 16 / W : 1) decode_half_kern
 #endif
 }
 
-template <class T, int NT, int W, int CW, bool Kept>
+template <class T, int NT, int W, int CW, bool Kept, bool Sp24>
 cudaError_t launch_one(const Args& a, int split_k, bool dependent, cudaStream_t stream) {
-  auto kernel = decode_half_kernel<T, NT, W, CW, Kept>;
+  auto kernel = decode_half_kernel<T, NT, W, CW, Kept, Sp24>;
   static bool smem_set[kMaxDevices] = {};
   cudaError_t err = set_smem_limit_once(smem_set, kernel, kMaxSmem);
   if (err != cudaSuccess) return err;
@@ -460,7 +534,7 @@ cudaError_t launch_one(const Args& a, int split_k, bool dependent, cudaStream_t 
     err = allow_large_clusters_once(large, kernel);
     if (err != cudaSuccess) return err;
   }
-  const size_t smem = smem_bytes<NT, W, CW, Kept>(a.x_rows, a.L);
+  const size_t smem = smem_bytes<NT, W, CW, Kept, Sp24>(a.x_rows, a.L);
   if (smem > static_cast<size_t>(kMaxSmem)) return cudaErrorInvalidConfiguration;
   constexpr int BN = 16 * CT * CW;
   const int64_t tiles = (a.n + BN - 1) / BN;
@@ -489,6 +563,15 @@ inline int plan_x_rows(int64_t windows, int split_k, int N, int M) {
   return static_cast<int>(rows);
 }
 
+// Sp24: xT rows of the largest block's k-range in whole 32-input steps, capped to fit.
+template <int NT, int W, int CW>
+inline int plan_sp24_rows(int64_t windows, int split_k) {
+  const int64_t per_block = ((windows + 7) / 8 + split_k - 1) / split_k * 32;
+  const int64_t cap = ((kMaxSmem - ring_bytes<NT, W, CW, true>()) / (NT * 16) - 1) / 32 * 32;
+  const int64_t rows = per_block < cap ? per_block : cap;
+  return static_cast<int>(rows < 32 ? 32 : rows);
+}
+
 // Kept: rows of one slab, the largest block's compressed rows in whole steps, capped to fit.
 template <int NT, int W, int CW>
 inline int plan_kept_rows(int64_t windows, int split_k, int N, int L) {
@@ -501,23 +584,38 @@ template <class T, int NT, int W>
 cudaError_t launch_cols(const Args& a0, int split_k, int config, cudaStream_t stream) {
   Args a = a0;
   const bool dependent = (config & kHalfDecodeDependentLaunch) != 0;
+  if (config & kHalfDecodeSparse24) {
+    if (config & kHalfDecodeNarrow) {
+      a.x_rows = plan_sp24_rows<NT, W, 1>(a.windows, split_k);
+      return launch_one<T, NT, W, 1, false, true>(a, split_k, dependent, stream);
+    }
+    a.x_rows = plan_sp24_rows<NT, W, 4>(a.windows, split_k);
+    return launch_one<T, NT, W, 4, false, true>(a, split_k, dependent, stream);
+  }
   if (config & kHalfDecodeKept) {
     a.x_rows = plan_kept_rows<NT, W, 1>(a.windows, split_k, a.N, a.L);
-    return launch_one<T, NT, W, 1, true>(a, split_k, dependent, stream);
+    return launch_one<T, NT, W, 1, true, false>(a, split_k, dependent, stream);
   }
   if (config & kHalfDecodeNarrow) {
     a.x_rows = plan_x_rows<NT, W, 1>(a.windows, split_k, a.N, a.M);
-    return launch_one<T, NT, W, 1, false>(a, split_k, dependent, stream);
+    return launch_one<T, NT, W, 1, false, false>(a, split_k, dependent, stream);
   }
   a.x_rows = plan_x_rows<NT, W, 4>(a.windows, split_k, a.N, a.M);
-  return launch_one<T, NT, W, 4, false>(a, split_k, dependent, stream);
+  return launch_one<T, NT, W, 4, false, false>(a, split_k, dependent, stream);
 }
 
 
 // Checks the problem and launches the kernel for its m.
 template <class T>
 cudaError_t launch(const HalfSpmmParams& p, int config, cudaStream_t stream) {
-  if (!half_decode_supports(p.m, p.n, p.k, p.N, p.M, p.L)) return cudaErrorInvalidValue;
+  const bool sp24 = (config & kHalfDecodeSparse24) != 0;
+  if (sp24 ? !sparse24_decode_supports(p.m, p.n, p.k, p.N, p.M, p.L) : !half_decode_supports(p.m, p.n, p.k, p.N, p.M, p.L))
+    return cudaErrorInvalidValue;
+  if ((config & kHalfDecodeKept) && (sp24 || !(config & kHalfDecodeNarrow))) return cudaErrorInvalidValue;
+  // Sp24: the metadata rows [ceil(k / 32)] of meta_ld words (a multiple of 4, at least out / L).
+  if (sp24 && (p.meta == nullptr || reinterpret_cast<uintptr_t>(p.meta) % 16 != 0 || p.meta_ld % 4 != 0 ||
+               p.meta_ld < p.n / p.L))
+    return cudaErrorInvalidValue;
   if (p.split_k < 1 || p.split_k > kHalfDecodeMaxSplit) return cudaErrorInvalidValue;
   if (p.x == nullptr || p.values == nullptr || p.indices == nullptr || p.y == nullptr) return cudaErrorInvalidValue;
   if (p.ldx < p.k) return cudaErrorInvalidValue;
@@ -541,6 +639,9 @@ cudaError_t launch(const HalfSpmmParams& p, int config, cudaStream_t stream) {
   a.L = p.L;
   a.x_rows = 0;
   a.x_pairs = reinterpret_cast<uintptr_t>(p.x) % 4 == 0 && p.ldx % 2 == 0;
+  a.meta = p.meta;
+  a.meta_ld = p.meta_ld;
+  a.k = p.k;
   const int split = static_cast<int>(p.split_k < a.windows ? p.split_k : (a.windows > 0 ? a.windows : 1));
   if (p.m <= 8) return launch_cols<T, 1, kWarps>(a, split, config, stream);
   if (p.m <= 16) return launch_cols<T, 2, kWarps>(a, split, config, stream);

@@ -11,6 +11,7 @@ namespace kernels {
 constexpr int kHalfDecodeNarrow = 1;           // blocks of 64 output columns (else 256)
 constexpr int kHalfDecodeDependentLaunch = 2;  // programmatic dependent launch (sm_90)
 constexpr int kHalfDecodeKept = 4;             // with kHalfDecodeNarrow: x staged for the kept rows only
+constexpr int kHalfDecodeSparse24 = 8;         // N:M = 2:4 on the sparse tensor cores (mma.sp), any L
 // Largest cluster (k split) of the decode kernels; above 8 a cluster size is non-portable.
 constexpr int kHalfDecodeMaxSplit = 16;
 // Largest m of the decode kernels.
@@ -26,6 +27,14 @@ inline bool half_decode_supports(int64_t m, int64_t n, int64_t k, int64_t N, int
   if (!half_decode_is_pow2(L) || L < 16 || L > 128 || n % L != 0) return false;
   if (!half_decode_is_pow2(M) || M < 2 || M > 64 || N < 1 || N > M || k % M != 0) return false;
   return k / M * N < (int64_t{1} << 26);
+}
+
+// The 2:4 form (kHalfDecodeSparse24): m <= 64, L a power of two in [1, 128], n a multiple of 8 (16-byte
+// rows of values) and of L, k a multiple of 4.
+inline bool sparse24_decode_supports(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, int64_t L) {
+  if (m < 1 || m > kHalfDecodeMaxM || n < 1 || k < 0 || N != 2 || M != 4) return false;
+  if (!half_decode_is_pow2(L) || L > 128 || n % L != 0 || n % 8 != 0 || k % 4 != 0) return false;
+  return k / 2 < (int64_t{1} << 26);
 }
 
 // Whether the heuristic plans the decode kernels for an m they support. The m-sweep of

@@ -26,6 +26,8 @@ struct HalfSpmmParams {
   int N, M, L;
   int split_k;
   HalfType dtype;
+  const uint32_t* meta;     // 2:4 decode (kHalfDecodeSparse24): tc_meta [ceil(k / 32), meta_ld] words
+  int64_t meta_ld;
 };
 
 // Tensor-core prefill kernels (mma.sync, sm_80+). `config` selects a tile configuration; the bit
