@@ -8,7 +8,8 @@ of values and tc_meta as make 256 MB, bench_decode_half.time_graph: the median o
 heuristic's plan, speedup over F.linear, r = dense bytes / resident bytes (values + tc_meta words),
 speedup / r, the resident bytes' GB/s, and the floor (0.8 r on layers of 64 MB or more, 1.2x on the
 rest). With --previous also the sparse_tc 16-token tile at its best split of 1-8 (the plan before
-the decode kernels); with --splits the heuristic's decode kernel forced at each cluster size.
+the decode kernels); with --splits the decode kernels of 64- and 256-column blocks forced at each
+cluster size.
 
     python benchmarks/bench_decode_24.py                  # every cell -> stdout + decode_24.csv
     python benchmarks/bench_decode_24.py --quick          # 4096x4096 and 14336x4096, m = 1, 16
@@ -50,7 +51,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="4096x4096 and 14336x4096, m = 1, 16 only")
     ap.add_argument("--previous", action="store_true", help="also the sparse_tc 16-token tile at its best split")
-    ap.add_argument("--splits", default="", help="comma list: the picked decode kernel forced at these cluster sizes")
+    ap.add_argument("--splits", default="", help="comma list: the decode kernels forced at these cluster sizes")
     ap.add_argument("--dtypes", default="bf16")
     ap.add_argument("--ls", default="1,32")
     ap.add_argument("--out", default=None, help="directory for decode_24.csv (default: results dir)")
@@ -104,9 +105,8 @@ def main(argv=None):
                 prev = min((run((name, s)), s) for s in (1, 2, 4, 8))
                 row["previous_us"] = round(prev[0], 2)
                 row["previous_split"] = prev[1]
-            for s in splits:
-                if plan[0].startswith("decode_sparse_tc"):
-                    row[f"split{s}_us"] = round(run((plan[0], s)), 2)
+            for cols, s in itertools.product((64, 256), splits):
+                row[f"d{cols}_s{s}_us"] = round(run((f"decode_sparse_tc_{dname.replace('fp', 'f')}_{cols}", s)), 2)
             rows.append(row)
             print(" ".join(f"{key}={val}" for key, val in row.items()), flush=True)
     path = os.path.join(out, "decode_24.csv")

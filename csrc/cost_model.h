@@ -378,7 +378,11 @@ struct DecodeRate {
   double fixed_us, bytes_per_us;
 };
 constexpr DecodeRate kDecodeTcRate{3.37, 2.88e6};
-constexpr DecodeRate kDecodeSparseTcRate{3.37, 2.88e6};
+// 2:4 decode on the sparse tensor cores (values and tc_meta words): H200, bf16, the six Llama layers
+// at their fitted plans, m = 1 (benchmarks/bench_decode_24.py); m = 2..8 (one 8-token tile) within
+// 3% of it, m = 9..16 (two) 1.13-1.32x.
+constexpr DecodeRate kDecodeSparseTcRate{4.0, 3.6e6};
+constexpr double kDecodeSparseTcTwoTiles = 1.2;
 constexpr DecodeRate kDecodeSplitKF32Rate{6.49, 3.85e6};
 constexpr DecodeRate kDecodeSplitKHalfRate{6.76, 3.18e6};
 inline double decode_cost_us(Kernel kernel, int64_t n, int64_t k, int64_t N, int64_t M, int64_t L) {
@@ -389,7 +393,7 @@ inline double decode_cost_us(Kernel kernel, int64_t n, int64_t k, int64_t N, int
   if (info.family == Family::kDecodeSplitK && L < 4)
     return kDecodeSplitKF32Rate.fixed_us + bytes / kDecodeSplitKF32Rate.bytes_per_us;
   if (info.family == Family::kDecodeTc) return kDecodeTcRate.fixed_us + bytes / kDecodeTcRate.bytes_per_us;
-  if (info.family == Family::kDecodeSparseTc)  // values and the 2:4 metadata words
+  if (info.family == Family::kDecodeSparseTc)  // values and the 2:4 metadata words (at m = 1)
     return kDecodeSparseTcRate.fixed_us + (bytes - compressed_bytes(n, k, N, M, L, 0) + sparse_tc_meta_bytes(n, k, L)) /
                                               kDecodeSparseTcRate.bytes_per_us;
   const double factor = info.family == Family::kDecodeSplitK ? kDecodeF32SplitKFactor : 1.0;

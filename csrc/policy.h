@@ -366,21 +366,23 @@ inline PlanCost plan_decode_tc(const Problem& pb, const Candidates& c) {
                                  decode_rows_us(plan.kernel, pb.m, pb.n, pb.k, pb.N, pb.M, pb.L, plan.split_k));
 }
 
-// 2:4 decode on the sparse tensor cores (fp16 / bf16, sm_90, any L): the block and cluster of
-// decode_tc's fitted plan for the pattern (no kept-row blocks: x is read unstaged by index), up to
-// m = 16 (above it the sparse_tc tiles reuse each weight byte over more tokens), costed by its
-// streaming rate.
+// 2:4 decode on the sparse tensor cores (fp16 / bf16, sm_90, any L), up to m = 16 (above it the
+// sparse_tc tiles reuse each weight byte over more tokens): the block and cluster of decode_tc's
+// fitted plan for 16:32, which has the same compressed rows and x rows per input as 2:4 (the plan's
+// window counts are those of its M = 32 fit); costed by its streaming rate, flat up to m = 8 (one
+// 8-token tile).
 inline PlanCost plan_decode_sparse_tc(const Problem& pb, const Candidates& c) {
   if (pb.dtype == DType::kF32 || pb.cc < 90 || pb.m > 16 ||
       !kernels::sparse24_decode_supports(pb.m, pb.n, pb.k, pb.N, pb.M, pb.L))
     return kNoPlan;
-  const kernels::HalfDecodePlan d = kernels::half_decode_plan(pb.m, pb.n, pb.k, pb.N, pb.M, pb.num_sms > 0 ? pb.num_sms : 132);
+  const kernels::HalfDecodePlan d = kernels::half_decode_plan(pb.m, pb.n, pb.k, 16, 32, pb.num_sms > 0 ? pb.num_sms : 132);
   const bool bf16 = pb.dtype == DType::kBF16, narrow = (d.config & kernels::kHalfDecodeNarrow) != 0;
   const Plan plan{bf16 ? (narrow ? Kernel::kDecodeSparseTcBF16_64 : Kernel::kDecodeSparseTcBF16_256)
                        : (narrow ? Kernel::kDecodeSparseTcF16_64 : Kernel::kDecodeSparseTcF16_256),
                   d.split_k};
   if (!c.has(plan.kernel)) return kNoPlan;
-  return plan_cost(pb, plan, decode_cost_us(plan.kernel, pb.n, pb.k, pb.N, pb.M, pb.L));
+  const double tiles = pb.m > 8 ? kDecodeSparseTcTwoTiles : 1.0;
+  return plan_cost(pb, plan, tiles * decode_cost_us(plan.kernel, pb.n, pb.k, pb.N, pb.M, pb.L));
 }
 
 // The gathered tensor-core prefill kernel (fp16 / bf16, sm_80+, m > 16): its split by
