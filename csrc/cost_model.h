@@ -378,11 +378,12 @@ struct DecodeRate {
   double fixed_us, bytes_per_us;
 };
 constexpr DecodeRate kDecodeTcRate{3.37, 2.88e6};
-// 2:4 decode on the sparse tensor cores (values and tc_meta words): H200, bf16, the six Llama layers
-// at their fitted plans, m = 1 (benchmarks/bench_decode_24.py); m = 2..8 (one 8-token tile) within
-// 3% of it, m = 9..16 (two) 1.13-1.32x.
-constexpr DecodeRate kDecodeSparseTcRate{4.0, 3.6e6};
-constexpr double kDecodeSparseTcTwoTiles = 1.2;
+// 2:4 decode on the sparse tensor cores (values and tc_meta words): least squares on the H200 plan
+// table's 2:4 cells (bf16 and fp16, every L, the six Llama layers at their plans): m = 1..8 (one
+// 8-token tile) fixed 2.6 us + bytes at 3.6 TB/s (0.82-1.5x, median 1.0); m = 9..16 (two tiles) the
+// bytes' time 1.3x (0.3-4 us more, from 1024 x 4096 to 14336 x 4096).
+constexpr DecodeRate kDecodeSparseTcRate{2.6, 3.6e6};
+constexpr double kDecodeSparseTcTwoTiles = 1.3;
 constexpr DecodeRate kDecodeSplitKF32Rate{6.49, 3.85e6};
 constexpr DecodeRate kDecodeSplitKHalfRate{6.76, 3.18e6};
 inline double decode_cost_us(Kernel kernel, int64_t n, int64_t k, int64_t N, int64_t M, int64_t L) {

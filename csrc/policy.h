@@ -381,8 +381,8 @@ inline PlanCost plan_decode_sparse_tc(const Problem& pb, const Candidates& c) {
                        : (narrow ? Kernel::kDecodeSparseTcF16_64 : Kernel::kDecodeSparseTcF16_256),
                   d.split_k};
   if (!c.has(plan.kernel)) return kNoPlan;
-  const double tiles = pb.m > 8 ? kDecodeSparseTcTwoTiles : 1.0;
-  return plan_cost(pb, plan, tiles * decode_cost_us(plan.kernel, pb.n, pb.k, pb.N, pb.M, pb.L));
+  const double stream = decode_cost_us(plan.kernel, pb.n, pb.k, pb.N, pb.M, pb.L) - kDecodeSparseTcRate.fixed_us;
+  return plan_cost(pb, plan, kDecodeSparseTcRate.fixed_us + (pb.m > 8 ? kDecodeSparseTcTwoTiles : 1.0) * stream);
 }
 
 // The gathered tensor-core prefill kernel (fp16 / bf16, sm_80+, m > 16): its split by

@@ -145,7 +145,7 @@ def test_opcheck_spmm_generic_pattern_with_grad(device):
 
 # A valid plan for every registry kernel (on the GPU too: m = 2 suits every decode kernel; the
 # warp-specialized kernels need a device of compute capability 9.0 with sm_90a code).
-# Inputs in the kernel's own dtype; rows within its m range (2 for the m <= 2 decode kernels, else 8,
+# Inputs in the kernel's own dtype, 4:32 or 2:4 by what it runs; rows within its m range (2 for the m <= 2 decode kernels, else 8,
 # or its smallest m for a prefill-only kernel).
 PLANS = [(k, s) for k in nmspmm.kernels() for s in (1, 2) if s <= nmspmm.kernel_info(k).max_split_k]
 DTYPE_OF = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -153,7 +153,8 @@ DTYPE_OF = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torc
 
 @pytest.mark.parametrize("kernel,split_k", PLANS)
 def test_opcheck_spmm_with_plan(kernel, split_k, device):
-    N, M, L = 4, 32, 32
+    # 4:32, or 2:4 for the kernels of the sparse tensor cores.
+    N, M, L = (4, 32, 32) if nmspmm.kernel_supports(kernel, 8, 4, 32, 32, True) else (2, 4, 32)
     info = nmspmm.kernel_info(kernel)
     dtype = DTYPE_OF[info.dtype]
     _, _, values, indices = _weight(256, 128, N, M, L, dtype, device)
