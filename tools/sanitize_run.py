@@ -16,7 +16,9 @@ cases = [(1, 160, 96, 2, 4, 16), (2, 320, 224, 4, 32, 32), (5, 256, 192, 8, 32, 
          # the split-K decode family at L < 4: n % 4 != 0 (scalar loads), several x chunks, m < MR
          (3, 37, 96, 2, 4, 1), (13, 38, 1536, 3, 8, 2), (5, 1000, 256, 4, 32, 8),
          # 2:4 on the sparse tensor cores: every token tile with m, n and k tails, and L = 1, 2, 128
-         (70, 200, 136, 2, 4, 1), (300, 264, 520, 2, 4, 2), (4, 384, 1032, 2, 4, 128)]
+         (70, 200, 136, 2, 4, 1), (300, 264, 520, 2, 4, 2), (4, 384, 1032, 2, 4, 128),
+         # 2:4 decode: k not a multiple of the 32-input step or of 8, two token tiles
+         (13, 200, 1036, 2, 4, 1)]
 # The warp-specialized kernels also on a grid of more than one round (152 tiles of 128x256 with m and n
 # tails), where the tail variant computes whole tiles and splits only the last round's (on 132 SMs: 20).
 MULTI_ROUND = (1000, 4640, 512, 16, 32, 32)
@@ -38,6 +40,8 @@ for (m, n, k, N, M, L) in cases + [MULTI_ROUND]:
         if not nmspmm.kernel_supports(kernel, m, N, M, L, True, cc):
             continue
         if family == "sparse_tc" and (n % 8 or k % 8):  # its tensor copies' alignment
+            continue
+        if family == "decode_sparse_tc" and n % 8:  # its 16-byte rows of values
             continue
         # Tiled split 3 reduces in a cluster on sm_90, 16 through the workspace; the cluster decode
         # kernels also with a non-portable cluster of 16 blocks.
