@@ -65,12 +65,17 @@ def dense_time(dtype, n, k, m):
 
 
 def sparse_time(values, ind, x, N, M, L, plan=None):
-    """Per-call time of spmm (plan None: the heuristic) over the weight copies."""
+    """Per-call time of spmm (plan None: the heuristic) over the weight copies; a 2:4 weight with its
+    tc_meta, one copy per weight, as a layer holds it."""
+    copies = values.shape[0]
+    meta = [None] * copies
+    if (N, M) == (2, 4):
+        meta = ops.sparse_tc_meta(ind[0], N, M, L, x.shape[1]).unsqueeze(0).repeat(copies, 1, 1)
     if plan is None:
-        fns = [lambda i=i: ops.spmm(x, values[i], ind[i], N, M, L) for i in range(values.shape[0])]
+        fns = [lambda i=i: ops.spmm(x, values[i], ind[i], N, M, L, None, None, None, meta[i]) for i in range(copies)]
     else:
-        fns = [lambda i=i: ops.spmm_with_plan(x, values[i], ind[i], N, M, L, None, None, None, plan[0], plan[1])
-               for i in range(values.shape[0])]
+        fns = [lambda i=i: ops.spmm_with_plan(x, values[i], ind[i], N, M, L, None, None, None, plan[0], plan[1],
+                                              meta[i]) for i in range(copies)]
     return bdh.time_graph(fns)
 
 
