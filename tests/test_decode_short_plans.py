@@ -78,7 +78,9 @@ def test_half_decode_without_a_native_plan_takes_the_16_bit_kernel(dtype):
             continue
         kernel, split = plan(m, n, k, N, M, L, dtype)
         if (N, M) == (2, 4) and n % 8 == 0 and k % 8 == 0:  # 2:4 on sm_90a: the sparse tensor cores
-            assert INFO[kernel].family == "sparse_tc", (m, n, k, L, kernel)
+            assert INFO[kernel].family in ("sparse_tc", "decode_sparse_tc"), (m, n, k, L, kernel)
+            continue
+        if (N, M) == (2, 4) and n % 8 == 0 and INFO[kernel].family == "decode_sparse_tc":  # k % 8 == 4
             continue
         # The 16-bit split-K kernel, or the expansion in the same dtype where its per-row cost of x
         # makes it dearer (L < 4 at larger m).
