@@ -13,6 +13,8 @@
 
 #include <optional>
 
+#include "checks.h"
+
 namespace nmspmm {
 namespace {
 
@@ -66,7 +68,10 @@ struct SpmmFunction : public torch::autograd::Function<SpmmFunction> {
     TORCH_CHECK(!values.requires_grad(),
                 "nmspmm.spmm: gradients for the compressed weight values are not supported; the sparse "
                 "weight is frozen (values.requires_grad must be False)");
-    ctx->save_for_backward({values, indices});
+    // A compact 2:4 weight (indices [0, out/L]) holds its positions in tc_meta.
+    const bool compact = indices_compact(values, indices) && tc_meta.has_value();
+    ctx->save_for_backward({values, compact ? *tc_meta : indices});
+    ctx->saved_data["compact"] = compact;
     ctx->saved_data["N"] = N;
     ctx->saved_data["M"] = M;
     ctx->saved_data["L"] = L;
@@ -83,8 +88,12 @@ struct SpmmFunction : public torch::autograd::Function<SpmmFunction> {
     if (!grad_y.defined()) return out;
     const auto saved = ctx->get_saved_variables();
     if (ctx->needs_input_grad(0)) {
-      const at::Tensor dense = decompress_op().call(saved[0], saved[1], ctx->saved_data["N"].toInt(),
-                                                    ctx->saved_data["M"].toInt(), ctx->saved_data["L"].toInt());
+      const int64_t L = ctx->saved_data["L"].toInt();
+      const at::Tensor indices = ctx->saved_data["compact"].toBool()
+                                     ? indices_from_tc_meta(saved[1], 2 * saved[0].size(0), saved[0].size(1), L)
+                                     : saved[1];
+      const at::Tensor dense = decompress_op().call(saved[0], indices, ctx->saved_data["N"].toInt(),
+                                                    ctx->saved_data["M"].toInt(), L);
       out[0] = at::matmul(grad_y, dense);  // [..., out] @ [out, in] -> [..., in], the shape of x
     }
     // needs_input_grad counts tensor inputs only: x, values, indices, then bias (when given).

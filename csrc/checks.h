@@ -43,9 +43,17 @@ inline void check_compress_inputs(const at::Tensor& weight, const at::Tensor& ma
               " but weight is on ", weight.device());
 }
 
-// values[w, out] and indices[w, out/L] of the compressed format; returns in_features.
+// Whether indices is the compact form of a 2:4 weight: shape [0, out/L] for values of w > 0 rows,
+// the kept positions held by the weight's tc_meta alone (what NMLinear keeps for 2:4 fp16 / bf16;
+// docs/format.md). Only spmm and spmm_with_plan accept it (check_compressed's compact_ok).
+inline bool indices_compact(const at::Tensor& values, const at::Tensor& indices) {
+  return values.dim() == 2 && indices.dim() == 2 && values.size(0) > 0 && indices.size(0) == 0;
+}
+
+// values[w, out] and indices[w, out/L] of the compressed format (with compact_ok, also the compact
+// 2:4 form [0, out/L], whose tc_meta the caller checks); returns in_features.
 inline int64_t check_compressed(const at::Tensor& values, const at::Tensor& indices, int64_t N,
-                                int64_t M, int64_t L) {
+                                int64_t M, int64_t L, bool compact_ok = false) {
   check_pattern(N, M, L);
   TORCH_CHECK(values.dim() == 2, "nmspmm: values must be 2-D [in*N/M, out], got ", values.dim(),
               "-D");
@@ -62,6 +70,13 @@ inline int64_t check_compressed(const at::Tensor& values, const at::Tensor& indi
               " (expected in_features*N/M rows)");
   TORCH_CHECK(out % L == 0, "nmspmm: values.size(1)=", out, " (out_features) must be divisible by L=",
               L);
+  if (compact_ok && indices_compact(values, indices)) {
+    TORCH_CHECK(N == 2 && M == 4, "nmspmm: indices of shape [0, out/L] (the compact 2:4 form, positions in tc_meta) "
+                "are for N:M = 2:4, got ", N, ":", M);
+    TORCH_CHECK(indices.size(1) == out / L, "nmspmm: compact 2:4 indices must have shape [0, ", out / L,
+                "] to match values ", values.sizes(), " and L=", L, ", got ", indices.sizes());
+    return w / N * M;
+  }
   TORCH_CHECK(indices.size(0) == w && indices.size(1) == out / L, "nmspmm: indices must have shape [",
               w, ", ", out / L, "] to match values ", values.sizes(), " and L=", L, ", got ",
               indices.sizes());
@@ -108,6 +123,53 @@ inline void check_tc_meta(const at::Tensor& tc_meta, const at::Tensor& indices, 
               indices.device(), "), got ", tc_meta.device());
   TORCH_CHECK(tc_meta.is_contiguous(), "nmspmm.spmm: tc_meta must be contiguous (rows of ", ld,
               " words, as sparse_tc_meta returns it), got strides ", tc_meta.strides());
+}
+
+// spmm's weight metadata beyond values and indices (both devices): col_info with packed_indices,
+// tc_meta; a compact 2:4 weight (indices_compact) needs its tc_meta and cannot take col_info.
+inline void check_spmm_metadata(const at::Tensor& values, const at::Tensor& indices, int64_t N, int64_t M,
+                                int64_t L, int64_t in_features, const std::optional<at::Tensor>& col_info,
+                                const std::optional<at::Tensor>& packed_indices,
+                                const std::optional<at::Tensor>& tc_meta) {
+  TORCH_CHECK(col_info.has_value() == packed_indices.has_value(),
+              "nmspmm.spmm: col_info and packed_indices must be given together");
+  if (indices_compact(values, indices)) {
+    TORCH_CHECK(tc_meta.has_value(), "nmspmm.spmm: indices of shape [0, out/L] (the compact 2:4 form) need the "
+                "weight's tc_meta, which holds its positions");
+    TORCH_CHECK(!col_info.has_value(), "nmspmm.spmm: col_info needs the canonical indices [in/2, out/L], got the "
+                "compact 2:4 form [0, out/L] (torch.ops.nmspmm.sparse_tc_indices rebuilds them)");
+  }
+  if (col_info.has_value()) check_col_info(*col_info, *packed_indices, indices, N, M, in_features, values.size(1));
+  if (tc_meta.has_value()) check_tc_meta(*tc_meta, indices, N, M, L, in_features, values.size(1));
+}
+
+// The canonical indices [in/2, out/L] (uint8) of a 2:4 weight from its tc_meta (the inverse of
+// sparse_tc_meta on the positions it holds: row 16 b + t of vector v is bits 2t, 2t + 1 of word
+// [b, v]; padding words and nibbles are not read). Tensor ops only (any device, the meta device
+// included): each int32 word is read as its 4 little-endian bytes, 4 positions each.
+inline at::Tensor indices_from_tc_meta(const at::Tensor& tc_meta, int64_t in_features, int64_t out_features,
+                                       int64_t L) {
+  const int64_t rows = tc_meta.size(0), vectors = out_features / L, w = in_features / 2;
+  const at::Tensor bytes = tc_meta.narrow(1, 0, vectors).contiguous().view(at::kByte).view({rows, vectors, 4, 1});
+  const at::Tensor shifts = at::arange(0, 8, 2, tc_meta.options().dtype(at::kByte)).view({1, 1, 1, 4});
+  const at::Tensor pos = bytes.bitwise_right_shift(shifts).bitwise_and(3);  // [rows, vectors, byte, position]
+  return pos.view({rows, vectors, 16}).permute({0, 2, 1}).reshape({rows * 16, vectors}).narrow(0, 0, w).contiguous();
+}
+
+// Arguments of sparse_tc_indices (every device).
+inline void check_sparse_tc_indices_args(const at::Tensor& tc_meta, int64_t L, int64_t in_features,
+                                         int64_t out_features) {
+  TORCH_CHECK(L >= 1 && L <= 128 && (L & (L - 1)) == 0,
+              "nmspmm.sparse_tc_indices: L must be a power of two in [1, 128], got L=", L);
+  TORCH_CHECK(in_features >= 0 && in_features % 4 == 0,
+              "nmspmm.sparse_tc_indices: in_features must be a non-negative multiple of 4, got ", in_features);
+  TORCH_CHECK(out_features >= 0 && out_features % L == 0,
+              "nmspmm.sparse_tc_indices: out_features must be a non-negative multiple of L=", L, ", got ", out_features);
+  const int64_t rows = tc_meta_rows(in_features), ld = tc_meta_ld(out_features, L);
+  TORCH_CHECK(tc_meta.scalar_type() == at::kInt && tc_meta.dim() == 2 && tc_meta.size(0) == rows &&
+                  tc_meta.size(1) == ld,
+              "nmspmm.sparse_tc_indices: tc_meta must be int32 of shape [", rows, ", ", ld, "], got ",
+              tc_meta.scalar_type(), " ", tc_meta.sizes());
 }
 
 // Arguments of sparse_tc_meta (every device); returns out_features.

@@ -300,6 +300,17 @@ inline double sparse_tc_meta_bytes(int64_t n, int64_t k, int64_t L) {
   return 4.0 * static_cast<double>((k + 31) / 32) * static_cast<double>(L > 0 ? (n / L + 3) / 4 * 4 : 0);
 }
 
+// The canonical indices of a compact 2:4 weight rebuilt for a plan that reads them
+// (indices_from_tc_meta, checks.h: an arange and three elementwise passes, shift, mask, transpose):
+// 5 us + 6 bytes per index at 1.25 TB/s, within 10% of CUDA-graph times on an H200 (6.5-148 us,
+// 0.26-29 MB of indices, the Llama layers at L = 1 and 32).
+constexpr double kIndicesRebuildFixedUs = 5.0;
+constexpr double kIndicesRebuildBytesPerUs = 1.25e6;
+inline double indices_rebuild_us(int64_t n, int64_t k, int64_t L) {
+  const double bytes = 6.0 * static_cast<double>(k / 2) * static_cast<double>(L > 0 ? n / L : 0);
+  return kIndicesRebuildFixedUs + bytes / kIndicesRebuildBytesPerUs;
+}
+
 // The fp32 fallback of a 16-bit call: values and x converted to fp32 (2 bytes read, 4 written per
 // element) and y converted back, three elementwise launches at HBM rate.
 inline double upcast_cost_us(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M) {

@@ -9,6 +9,7 @@
 #include <tuple>
 #include <vector>
 
+#include "checks.h"
 #include "csr_checks.h"
 #include "pattern.h"
 #include "policy.h"
@@ -142,6 +143,12 @@ at::Tensor csr_decompress(const at::Tensor& crow_indices, const at::Tensor& col_
   return dense.view({out, in_features});
 }
 
+// Tensor ops only (checks.h, indices_from_tc_meta), so one composite serves every device.
+at::Tensor sparse_tc_indices(const at::Tensor& tc_meta, int64_t L, int64_t in_features, int64_t out_features) {
+  check_sparse_tc_indices_args(tc_meta, L, in_features, out_features);
+  return indices_from_tc_meta(tc_meta, in_features, out_features, L);
+}
+
 }  // namespace
 
 TORCH_LIBRARY(nmspmm, m) {
@@ -158,6 +165,9 @@ TORCH_LIBRARY(nmspmm, m) {
   // 2:4 only: the positions in the sparse tensor cores' form, int32 [ceil(in/32), round_up(out/L, 4)]
   // (docs/format.md, "Sparse tensor-core metadata"); index bytes are read as b & 3.
   m.def("sparse_tc_meta(Tensor indices, int N, int M, int L, int in_features) -> Tensor");
+  // Its inverse on the kept positions: the canonical indices [in/2, out/L] uint8 of a 2:4 weight
+  // from its tc_meta (padding not read); what a compact 2:4 weight (indices [0, out/L]) expands to.
+  m.def("sparse_tc_indices(Tensor tc_meta, int L, int in_features, int out_features) -> Tensor");
   // y[..., out] = x[..., in] @ decompress(values, indices)^T (+ bias), fp32 accumulation; tc_meta
   // (2:4) is the weight's sparse_tc_meta, built for the call where absent.
   m.def(
@@ -200,6 +210,9 @@ TORCH_LIBRARY(nmspmm, m) {
       &spmm_plan_candidates);
 }
 
-TORCH_LIBRARY_IMPL(nmspmm, CompositeImplicitAutograd, m) { m.impl("csr_decompress", &csr_decompress); }
+TORCH_LIBRARY_IMPL(nmspmm, CompositeImplicitAutograd, m) {
+  m.impl("csr_decompress", &csr_decompress);
+  m.impl("sparse_tc_indices", &sparse_tc_indices);
+}
 
 }  // namespace nmspmm

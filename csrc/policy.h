@@ -32,6 +32,7 @@ struct Problem {
   int max_cluster = 16;      // largest decode cluster the device places (16 on H100 / H200, 8 portable)
   bool has_col_info = false; // the packing kernels' metadata is at hand (the heuristic never needs it)
   bool sm90a = true;         // the build holds sm_90a code for the device (the warp-specialized kernels)
+  bool positions_in_tc_meta = false;  // a compact 2:4 weight: a plan that reads indices rebuilds them first
 };
 
 
@@ -495,6 +496,8 @@ inline FamilyCosts family_costs(const Problem& pb) {
     bool asked = false;
     for (int j = 0; j < i; ++j) asked = asked || (family_has[j] && kFamilyPlanners[j].planner == kFamilyPlanners[i].planner);
     if (family_has[i] && !asked) out.cost[i] = kFamilyPlanners[i].planner(pb, c);
+    if (pb.positions_in_tc_meta && out.cost[i].plan.kernel != Kernel::kNone && !reads_tc_meta(out.cost[i].plan.kernel))
+      out.cost[i].us += indices_rebuild_us(pb.n, pb.k, pb.L);
   }
   return out;
 }

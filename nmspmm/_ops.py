@@ -59,7 +59,12 @@ def _check_weight(weight, N, M, L):
                  lambda: f"nmspmm: weight out_features ({weight.shape[0]}) must be divisible by L={L}")
 
 
-def _check_compressed(op, values, indices, N, M, L):
+def _indices_compact(values, indices):
+    """Mirror of checks.h::indices_compact: the compact 2:4 form [0, out/L] (positions in tc_meta)."""
+    return values.dim() == 2 and indices.dim() == 2 and values.shape[0] > 0 and indices.shape[0] == 0
+
+
+def _check_compressed(op, values, indices, N, M, L, compact_ok=False):
     """Mirror of checks.h::check_compressed; returns in_features."""
     _check_pattern(N, M, L)
     torch._check(values.dim() == 2, lambda: f"nmspmm: values must be 2-D [in*N/M, out], got {values.dim()}-D")
@@ -73,6 +78,12 @@ def _check_compressed(op, values, indices, N, M, L):
     torch._check(w % N == 0, lambda: f"nmspmm: values.size(0)={w} is not a multiple of N={N} "
                  "(expected in_features*N/M rows)")
     torch._check(out % L == 0, lambda: f"nmspmm: values.size(1)={out} (out_features) must be divisible by L={L}")
+    if compact_ok and _indices_compact(values, indices):
+        torch._check(N == 2 and M == 4, lambda: f"nmspmm: indices of shape [0, out/L] (the compact 2:4 form, "
+                     f"positions in tc_meta) are for N:M = 2:4, got {N}:{M}")
+        torch._check(indices.shape[1] == out // L, lambda: f"nmspmm: compact 2:4 indices must have shape "
+                     f"[0, {out // L}] to match values {tuple(values.shape)} and L={L}, got {tuple(indices.shape)}")
+        return w // N * M
     torch._check(indices.shape[0] == w and indices.shape[1] == out // L,
                  lambda: f"nmspmm: indices must have shape [{w}, {out // L}] to match values "
                  f"{tuple(values.shape)} and L={L}, got {tuple(indices.shape)}")
@@ -164,7 +175,7 @@ def _sparse_tc_meta_fake(indices, N, M, L, in_features):
 
 
 def _spmm_fake_impl(op, x, values, indices, N, M, L, bias, col_info, packed_indices, tc_meta=None):
-    inp = _check_compressed(op, values, indices, N, M, L)
+    inp = _check_compressed(op, values, indices, N, M, L, compact_ok=True)
     torch._check(x.dim() >= 1, lambda: "nmspmm: x must have at least one dimension [..., in_features]")
     torch._check(x.dtype in _FLOAT_DTYPES, lambda: f"nmspmm: x must be float32, float16 or bfloat16, got {x.dtype}")
     torch._check(x.dtype == values.dtype, lambda: f"nmspmm: x has dtype {x.dtype} but the packed weight "
@@ -178,6 +189,13 @@ def _spmm_fake_impl(op, x, values, indices, N, M, L, bias, col_info, packed_indi
                      lambda: f"nmspmm: bias must have shape [{out}], got {tuple(bias.shape)}")
         torch._check(bias.dtype == x.dtype, lambda: f"nmspmm: bias has dtype {bias.dtype} but x has dtype {x.dtype}")
         _check_same_device(op, ("x", x), ("bias", bias))
+    torch._check((col_info is None) == (packed_indices is None),
+                 lambda: f"nmspmm.{op}: col_info and packed_indices must be given together")
+    if _indices_compact(values, indices):
+        torch._check(tc_meta is not None, lambda: "nmspmm.spmm: indices of shape [0, out/L] (the compact 2:4 form) "
+                     "need the weight's tc_meta, which holds its positions")
+        torch._check(col_info is None, lambda: "nmspmm.spmm: col_info needs the canonical indices [in/2, out/L], "
+                     "got the compact 2:4 form [0, out/L] (torch.ops.nmspmm.sparse_tc_indices rebuilds them)")
     _check_col_info(op, col_info, packed_indices, indices, inp, out)
     _check_tc_meta(op, tc_meta, indices, N, M, L, inp, out)
     return x.new_empty((*x.shape[:-1], out))

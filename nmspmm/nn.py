@@ -15,6 +15,12 @@ State of an :class:`NMLinear`:
   sparse_tc_meta``, 2 bits per kept value at L = 1), a non-persistent buffer derived from
   ``indices`` wherever the packing metadata is rebuilt (construction, load, ``rebuild_metadata``);
   None for other patterns.
+* The compact 2:4 form: a 2:4 layer in float16 / bfloat16 (without ``enable_col_info``) holds its
+  kept positions in ``tc_meta`` alone, and ``indices`` is an empty [0, out/L] buffer, so it keeps
+  values + 2 bits per kept value (L = 1) instead of values + a byte per kept value + ``tc_meta``.
+  ``canonical_indices()`` rebuilds the [in/2, out/L] indices (``torch.ops.nmspmm.sparse_tc_indices``);
+  ``state_dict()``, ``packed`` and ``to_dense()`` use them, so checkpoints keep the canonical
+  format; a cast to float32 or ``enable_col_info()`` restores them in the buffer.
 
 The sparse weight is frozen (buffers take no gradient); gradients flow to the input and bias.
 """
@@ -189,14 +195,44 @@ class NMLinear(nn.Module):
         ``indices`` in place). Checks the indices either way (the metadata is built and, unless
         kept, dropped)."""
         _check_device(self.indices, "NMLinear.indices")
-        metadata = ops.col_info(self.indices, self.N, self.M, self.L)  # checks every index < M, ascending
+        indices = self.canonical_indices()
+        metadata = ops.col_info(indices, self.N, self.M, self.L)  # checks every index < M, ascending
         if getattr(self, "_with_col_info", False):
+            self.indices = indices  # the packing kernels read the canonical indices
             self.col_info, self.packed_indices = metadata
         self._rebuild_tc_meta()
 
     def _rebuild_tc_meta(self) -> None:
-        if (self.N, self.M) == (2, 4):
+        # In the compact form tc_meta is the positions' only copy: nothing to rebuild it from.
+        if (self.N, self.M) == (2, 4) and not self.indices_compact:
             self.tc_meta = ops.sparse_tc_meta(self.indices, 2, 4, self.L, self.in_features)
+        self._sync_compact()
+
+    @property
+    def indices_compact(self) -> bool:
+        """True when the layer holds the compact 2:4 form (``indices`` [0, out/L], positions in
+        ``tc_meta``)."""
+        return self.indices.shape[0] == 0 and self.values.shape[0] > 0
+
+    def _compact_eligible(self) -> bool:
+        return ((self.N, self.M) == (2, 4) and self.values.dtype in (torch.float16, torch.bfloat16)
+                and self.tc_meta is not None and not self.values.is_meta and self.values.shape[0] > 0
+                and not getattr(self, "_with_col_info", False))
+
+    def _sync_compact(self) -> None:
+        """Hold the compact 2:4 form exactly where it applies (dtype, pattern, no col_info)."""
+        compact, eligible = self.indices_compact, self._compact_eligible()
+        if eligible and not compact:
+            self.indices = self.indices.new_empty((0, self.out_features // self.L))
+        elif compact and not eligible:
+            self.indices = self.canonical_indices()
+
+    def canonical_indices(self) -> torch.Tensor:
+        """The layer's indices [in*N/M, out/L] (uint8) in the canonical format, rebuilt from
+        ``tc_meta`` in the compact 2:4 form (a new tensor then; the buffer itself otherwise)."""
+        if not self.indices_compact:
+            return self.indices
+        return ops.sparse_tc_indices(self.tc_meta, self.L, self.in_features, self.out_features)
 
     def get_extra_state(self) -> torch.Tensor:
         """[format version, N, M, L, in_features, out_features] (int64): what a checkpoint must
@@ -241,6 +277,8 @@ class NMLinear(nn.Module):
                     f"{mine}"], None
         assign = local_metadata.get("assign_to_params_buffers", False)
         own = {"values": self.values, "indices": self.indices}
+        if self.indices_compact:  # checkpoints hold the canonical indices: their shape and device
+            own["indices"] = self.indices.new_empty(()).expand(self.values.shape[0], self.out_features // self.L)
         if self.bias is not None:
             own["bias"] = self.bias
         extra_key = prefix + "_extra_state"
@@ -304,8 +342,14 @@ class NMLinear(nn.Module):
             error_msgs.extend(errors)
             return
         n_errors, n_missing = len(error_msgs), len(missing_keys)
+        compact = self.indices_compact
+        if compact:  # load the canonical indices into a buffer of their shape (compacted again below)
+            held = self.indices
+            self.indices = self.canonical_indices()
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys,
                                       unexpected_keys, error_msgs)
+        if compact and len(error_msgs) != n_errors:
+            self.indices = held
         # A checkpoint from before _extra_state that records its pattern in the metadata (checked
         # above) is complete.
         extra_key = prefix + "_extra_state"
@@ -317,6 +361,11 @@ class NMLinear(nn.Module):
             self._rebuild_tc_meta()
         elif len(error_msgs) == n_errors:
             self.rebuild_metadata()
+
+    def _save_to_state_dict(self, destination, prefix, keep_vars):
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        if self.indices_compact:  # checkpoints hold the canonical format (exact: rebuilt from tc_meta)
+            destination[prefix + "indices"] = self.canonical_indices()
 
     def _apply(self, fn, recurse=True):
         # nn.Module.to()/.half() only convert floating tensors, but .type() and custom fns convert
@@ -330,7 +379,9 @@ class NMLinear(nn.Module):
             elif t.dtype == torch.int32 and isinstance(r, torch.Tensor) and r.dtype != torch.int32:
                 r = t.to(r.device)
             return r
-        return super()._apply(keep_integer, recurse)
+        module = super()._apply(keep_integer, recurse)
+        self._sync_compact()  # a cast to float32 (or to the meta device) restores the canonical indices
+        return module
 
     # ----------------------------------------------------------------------------------- compute
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -352,19 +403,28 @@ class NMLinear(nn.Module):
     @property
     def packed(self) -> NMWeight:
         """The layer's weight as an :class:`NMWeight` (shares storage with the buffers)."""
-        return _trusted(NMWeight, values=self.values, indices=self.indices, N=self.N, M=self.M,
+        return _trusted(NMWeight, values=self.values, indices=self.canonical_indices(), N=self.N, M=self.M,
                         L=self.L, shape=(self.out_features, self.in_features), col_info=self.col_info,
                         packed_indices=self.packed_indices, tc_meta=self.tc_meta)
 
     @torch.no_grad()
     def to_dense(self) -> torch.Tensor:
         """The pruned dense weight [out, in] (zeros where pruned), in the layer's dtype."""
-        return ops.decompress(self.values, self.indices, self.N, self.M, self.L)
+        return ops.decompress(self.values, self.canonical_indices(), self.N, self.M, self.L)
 
     @property
     def weight_nbytes(self) -> int:
-        """Bytes of the persistent state: values + indices (+ bias)."""
-        n = self.values.numel() * self.values.element_size() + self.indices.numel()
+        """Bytes of the persistent state (the state dict): values + canonical indices (+ bias)."""
+        n = self.values.numel() * self.values.element_size() + self.values.shape[0] * (self.out_features // self.L)
+        if self.bias is not None:
+            n += self.bias.numel() * self.bias.element_size()
+        return n
+
+    @property
+    def resident_nbytes(self) -> int:
+        """Bytes the layer keeps on its device: values, the indices it holds (none in the compact
+        2:4 form), bias and the derived metadata."""
+        n = self.values.numel() * self.values.element_size() + self.indices.numel() + self.metadata_nbytes
         if self.bias is not None:
             n += self.bias.numel() * self.bias.element_size()
         return n

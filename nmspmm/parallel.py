@@ -288,7 +288,7 @@ def _nm_column_shard(mod: NMLinear, rank: int, world: int) -> ColumnParallelNMLi
     out = mod.out_features // world
     lo, hi = rank * out, (rank + 1) * out
     packed = NMWeight(values=mod.values[:, lo:hi].contiguous(),
-                      indices=mod.indices[:, lo // mod.L:hi // mod.L].contiguous(),
+                      indices=mod.canonical_indices()[:, lo // mod.L:hi // mod.L].contiguous(),
                       N=mod.N, M=mod.M, L=mod.L, shape=(out, mod.in_features))
     bias = None if mod.bias is None else mod.bias.detach()[lo:hi]
     return ColumnParallelNMLinear.from_packed(packed, bias)
@@ -299,7 +299,7 @@ def _nm_row_shard(mod: NMLinear, rank: int, world: int) -> RowParallelNMLinear:
     rows = local_in // mod.M * mod.N  # compressed rows of local_in inputs (whole windows)
     lo, hi = rank * rows, (rank + 1) * rows
     # clone: a row slice is a view that would keep the full tensor alive
-    packed = NMWeight(values=mod.values[lo:hi].clone(), indices=mod.indices[lo:hi].clone(),
+    packed = NMWeight(values=mod.values[lo:hi].clone(), indices=mod.canonical_indices()[lo:hi].clone(),
                       N=mod.N, M=mod.M, L=mod.L, shape=(mod.out_features, local_in))
     return RowParallelNMLinear.from_packed(packed, None if mod.bias is None else mod.bias.detach())
 

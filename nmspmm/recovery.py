@@ -73,7 +73,7 @@ def spmm_trainable(x: torch.Tensor, values: torch.Tensor, indices: torch.Tensor,
 
 def _trainable_forward(self, x):
     v = self.values_param
-    y = spmm_trainable(x.to(v.dtype), v, self.indices, self.N, self.M, self.L, self.bias, self._cols,
+    y = spmm_trainable(x.to(v.dtype), v, self._train_indices, self.N, self.M, self.L, self.bias, self._cols,
                        self.col_info, self.packed_indices, self.tc_meta)
     return y.to(x.dtype)
 
@@ -92,7 +92,8 @@ def trainable_values(model: nn.Module):
     params = []
     for m in layers:
         m.values_param = nn.Parameter(m.values.detach(), requires_grad=True)  # same storage
-        m._cols = _kept_columns(m.indices, m.N, m.M, m.L, m.out_features)
+        m._train_indices = m.canonical_indices()  # the backward's decompress reads the canonical form
+        m._cols = _kept_columns(m._train_indices, m.N, m.M, m.L, m.out_features)
         m.forward = types.MethodType(_trainable_forward, m)
         params.append(m.values_param)
     try:
@@ -104,6 +105,7 @@ def trainable_values(model: nn.Module):
             del m.forward
             del m.values_param
             del m._cols
+            del m._train_indices
 
 
 def _masked_dense(model: nn.Module, masks: Mapping[str, torch.Tensor]) -> List[Tuple[nn.Parameter, torch.Tensor]]:

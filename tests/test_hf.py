@@ -141,16 +141,22 @@ def test_2_4_layers_get_their_tensor_core_metadata(tmp_path):
     # dtype of the 2:4 sparse tensor-core kernels).
     model = nmspmm.sparsify_(tiny_llama(dtype=torch.bfloat16), 2, 4, 16)
     model.save_pretrained(str(tmp_path))
+    # The layers hold the compact 2:4 form; the checkpoint has the canonical indices.
     with safe_open(str(tmp_path / "model.safetensors"), "pt") as f:
         assert not any(k.endswith("tc_meta") for k in f.keys())
+        for fqn, m in model.named_modules():
+            if isinstance(m, NMLinear):
+                assert m.indices_compact, fqn
+                assert torch.equal(f.get_tensor(f"{fqn}.indices"), m.canonical_indices()), fqn
     loaded = AutoModelForCausalLM.from_pretrained(str(tmp_path))
     layers = {fqn: m for fqn, m in loaded.named_modules() if isinstance(m, NMLinear)}
     assert len(layers) == 14
     for fqn, layer in layers.items():
         src = model.get_submodule(fqn)
         assert layer.tc_meta is not None and layer.tc_meta.dtype == torch.int32, fqn
+        assert layer.indices_compact, fqn
         assert torch.equal(layer.tc_meta, src.tc_meta), fqn
-        assert torch.equal(layer.tc_meta, torch.ops.nmspmm.sparse_tc_meta(layer.indices, 2, 4, 16,
+        assert torch.equal(layer.tc_meta, torch.ops.nmspmm.sparse_tc_meta(layer.canonical_indices(), 2, 4, 16,
                                                                           layer.in_features)), fqn
     ids = torch.randint(0, 512, (1, 6))
     assert torch.equal(logits(loaded, ids), logits(model, ids))

@@ -249,14 +249,19 @@ def test_layer_keeps_it_through_moves_and_edits():
                  lambda m: m.to(torch.bfloat16)):
         move(layer)
         assert layer.tc_meta.dtype == torch.int32 and torch.equal(layer.tc_meta, ref)
+    # bf16: the compact form (positions in tc_meta alone), the same product as the canonical indices.
+    assert layer.indices_compact and tuple(layer.indices.shape) == (0, 32)
     x = torch.randn(2, 64).to(torch.bfloat16)
-    assert torch.equal(layer(x), ops.spmm(x, layer.values, layer.indices, 2, 4, 1, layer.bias.detach()))
-    # An in-place edit of the indices, then rebuild_metadata: the metadata follows.
-    with torch.no_grad():
-        layer.indices[0::2, 3], layer.indices[1::2, 3] = 0, 3
+    assert torch.equal(layer(x), ops.spmm(x, layer.values, layer.canonical_indices(), 2, 4, 1, layer.bias.detach()))
+    # New indices assigned, then rebuild_metadata: the metadata follows and the layer is compact again.
+    idx = layer.canonical_indices().clone()
+    idx[0::2, 3], idx[1::2, 3] = 0, 3
+    layer.indices = idx
     layer.rebuild_metadata()
-    assert torch.equal(layer.tc_meta, reference_meta(layer.indices, 1, 64)) and not torch.equal(layer.tc_meta, ref)
-    layer.enable_col_info()
+    assert layer.indices_compact and torch.equal(layer.canonical_indices(), idx)
+    assert torch.equal(layer.tc_meta, reference_meta(idx, 1, 64)) and not torch.equal(layer.tc_meta, ref)
+    layer.enable_col_info()  # the packing kernels read the canonical indices: the layer holds them again
+    assert not layer.indices_compact and torch.equal(layer.indices, idx)
     cols, packed = ops.col_info(layer.indices, 2, 4, 1)
     assert layer.metadata_nbytes == layer.tc_meta.numel() * 4 + cols.numel() + packed.numel()
     layer.to("meta")
@@ -276,15 +281,196 @@ def test_tensor_parallel_shards_carry_their_own():
         assert torch.equal(col(x), layer(x)[:, rank * 32:(rank + 1) * 32])
 
 
-def test_compiled_2_4_layer_passes_it():
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)  # bf16: the compact form
+def test_compiled_2_4_layer_passes_it(dtype):
     torch._dynamo.reset()
-    layer = nmspmm.NMLinear.from_dense(torch.nn.Linear(96, 64), 2, 4, 2)
-    explain = torch._dynamo.explain(layer)(torch.randn(4, 96))
+    layer = nmspmm.NMLinear.from_dense(torch.nn.Linear(96, 64), 2, 4, 2).to(dtype)
+    assert layer.indices_compact == (dtype == torch.bfloat16)
+    explain = torch._dynamo.explain(layer)(torch.randn(4, 96, dtype=dtype))
     assert explain.graph_break_count == 0, explain.break_reasons
     compiled = torch.compile(layer, fullgraph=True, dynamic=True, backend="aot_eager")
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
     for m in (3, 7):
-        x = torch.randn(m, 96, requires_grad=True)
+        x = torch.randn(m, 96, dtype=dtype, requires_grad=True)
         y = compiled(x)
         assert torch.equal(y, layer(x))
         y.sum().backward()
-        torch.testing.assert_close(x.grad, layer.to_dense().sum(0).expand(m, 96), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(x.grad, layer.to_dense().sum(0).expand(m, 96), rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("L", [1, 4, 32])
+def test_layer_holds_the_compact_form(dtype, L, device, nm):
+    lin = torch.nn.Linear(256, 128, device=device, dtype=dtype)
+    mask = nm.ref_prune(lin.weight, 2, 4, L)
+    layer = nmspmm.NMLinear.from_dense(lin, 2, 4, L, mask=mask)
+    canonical = ops.compress(lin.weight.detach(), mask, 2, 4, L)[1]
+    assert layer.indices_compact and tuple(layer.indices.shape) == (0, 128 // L)
+    assert torch.equal(layer.canonical_indices(), canonical) and torch.equal(layer.packed.indices, canonical)
+    # Resident: values, tc_meta and bias; the bound is values + 2 bits per kept value
+    # (L = 1) or + one word per vector per 32 inputs (L > 1), + 1%.
+    values_bytes = 128 * 128 * 2
+    meta_bytes = 8 * ((128 // L + 3) // 4 * 4) * 4
+    assert layer.resident_nbytes == values_bytes + meta_bytes + 128 * 2
+    bound = values_bytes + (128 * 128 // 4 if L == 1 else 8 * (128 // L) * 4)
+    assert values_bytes + meta_bytes <= 1.01 * bound
+    assert layer.weight_nbytes == values_bytes + canonical.numel() + 128 * 2  # the state dict's bytes
+    torch.testing.assert_close(layer.to_dense().double(), nm.ref_pruned_dense64(lin.weight, 2, 4, L, mask),
+                               rtol=0, atol=0)
+    x = torch.randn(5, 256, device=device, dtype=dtype)
+    y = layer(x)
+    # The state dict holds the canonical indices; a load rebuilds tc_meta and compacts again.
+    sd = layer.state_dict()
+    assert torch.equal(sd["indices"], canonical) and "tc_meta" not in sd
+    fresh = nmspmm.NMLinear(256, 128, 2, 4, L, device=device, dtype=dtype)
+    fresh.load_state_dict(sd)
+    assert fresh.indices_compact and torch.equal(fresh.tc_meta, layer.tc_meta) and torch.equal(fresh(x), y)
+    # A refused load leaves the layer as it was.
+    bad = dict(sd, indices=sd["indices"][:, :1].contiguous())
+    with pytest.raises(RuntimeError, match="indices must have shape"):
+        fresh.load_state_dict(bad)
+    assert fresh.indices_compact and torch.equal(fresh(x), y)
+    # float32 holds the canonical indices (its kernels read them); back to 16 bits compacts again.
+    layer.float()
+    assert not layer.indices_compact and torch.equal(layer.indices, canonical)
+    layer.to(dtype)
+    assert layer.indices_compact and torch.equal(layer(x), y)
+
+
+def test_other_layers_keep_the_canonical_indices():
+    for (N, M, L, dtype) in ((2, 4, 1, torch.float32), (16, 32, 1, torch.bfloat16), (4, 8, 4, torch.float16)):
+        layer = nmspmm.NMLinear.from_dense(torch.nn.Linear(64, 32, dtype=dtype), N, M, L)
+        assert not layer.indices_compact and tuple(layer.indices.shape) == (64 // M * N, 32 // L)
+        assert layer.canonical_indices() is layer.indices
+
+
+# ---------------------------------------------------------------------------------------------
+# The compact 2:4 form: indices [0, out/L], the positions in tc_meta alone (docs/format.md).
+
+
+@pytest.mark.parametrize("L,inp,out", CASES)
+def test_sparse_tc_indices_inverts_it(L, inp, out, device, nm):
+    indices = nm.random_indices(inp, out, 2, 4, L, device)
+    back = ops.sparse_tc_indices(ops.sparse_tc_meta(indices, 2, 4, L, inp), L, inp, out)
+    assert back.dtype == torch.uint8 and back.device == indices.device and back.is_contiguous()
+    assert torch.equal(back, indices)
+    # Any index bytes: tc_meta holds b & 3, and so do the indices rebuilt from it.
+    raw = torch.randint(0, 256, (inp // 2, out // L), dtype=torch.uint8, device=device)
+    assert torch.equal(ops.sparse_tc_indices(ops.sparse_tc_meta(raw, 2, 4, L, inp), L, inp, out), raw & 3)
+    # Padding words and nibbles are not read.
+    meta = ops.sparse_tc_meta(indices, 2, 4, L, inp)
+    if meta.shape[1] > out // L:
+        meta[:, out // L:] = -1
+    assert torch.equal(ops.sparse_tc_indices(meta, L, inp, out), indices)
+
+
+def test_sparse_tc_indices_refusals_and_opcheck(device, nm):
+    meta = ops.sparse_tc_meta(nm.random_indices(96, 48, 2, 4, 2, device), 2, 4, 2, 96)
+    with pytest.raises(RuntimeError, match="tc_meta must be int32 of shape \\[3, 20\\]"):
+        ops.sparse_tc_indices(meta, 2, 96, 40)
+    with pytest.raises(RuntimeError, match="tc_meta must be int32"):
+        ops.sparse_tc_indices(meta.long(), 2, 96, 48)
+    with pytest.raises(RuntimeError, match="L must be a power of two"):
+        ops.sparse_tc_indices(meta, 3, 96, 48)
+    with pytest.raises(RuntimeError, match="in_features must be a non-negative multiple of 4"):
+        ops.sparse_tc_indices(meta, 2, 94, 48)
+    opcheck(ops.sparse_tc_indices, (meta, 2, 96, 48))
+    fake = ops.sparse_tc_indices(meta.to("meta"), 2, 96, 48)
+    assert fake.is_meta and tuple(fake.shape) == (48, 24) and fake.dtype == torch.uint8
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("L", [1, 4, 32])
+def test_spmm_compact_form(dtype, L, device, nm):
+    # The heuristic's plan on the compact form, against fp64, and the same as the canonical form
+    # where both run one plan (the CPU reference; forced plans on CUDA below).
+    values, indices = nm.random_packed(128, 160, 2, 4, L, dtype, device)
+    meta = ops.sparse_tc_meta(indices, 2, 4, L, 160)
+    compact = indices[:0]
+    bias = torch.randn(128, device=device).to(dtype)
+    for shape in ((1, 160), (3, 7, 160), (33, 160)):
+        x = torch.randn(shape, device=device).to(dtype)
+        y = ops.spmm(x, values, compact, 2, 4, L, bias, None, None, meta)
+        ref, scale = nm.ref_spmm64(x, values, indices, 2, 4, L, bias)
+        tol = 1e-5 if dtype == torch.float32 else 1e-2
+        nm.assert_close_to_ref(y, ref, scale, rtol=tol, atol_rel=tol)
+        if device.type == "cpu":
+            assert torch.equal(y, ops.spmm(x, values, indices, 2, 4, L, bias, None, None, meta))
+
+
+def test_spmm_compact_form_refusals(nm):
+    values, indices = nm.random_packed(64, 96, 2, 4, 2, torch.bfloat16)
+    meta = ops.sparse_tc_meta(indices, 2, 4, 2, 96)
+    x = torch.randn(5, 96).to(torch.bfloat16)
+    with pytest.raises(RuntimeError, match="compact 2:4 form\\) need the weight's tc_meta"):
+        ops.spmm(x, values, indices[:0], 2, 4, 2)
+    with pytest.raises(RuntimeError, match="compact 2:4 indices must have shape \\[0, 32\\]"):
+        ops.spmm(x, values, indices[:0, :8], 2, 4, 2, None, None, None, meta)
+    v4, i4 = nm.random_packed(64, 96, 4, 8, 2, torch.bfloat16)
+    with pytest.raises(RuntimeError, match="are for N:M = 2:4, got 4:8"):
+        ops.spmm(x, v4, i4[:0], 4, 8, 2, None, None, None, meta)
+    cols, packed = ops.col_info(indices, 2, 4, 2)
+    with pytest.raises(RuntimeError, match="col_info needs the canonical indices"):
+        ops.spmm(x, values, indices[:0], 2, 4, 2, None, cols, packed, meta)
+    # The CPU reference checks the words against the positions they hold (padding included) and
+    # the positions as it checks indices.
+    v8, i8 = nm.random_packed(48, 96, 2, 4, 8, torch.bfloat16)
+    m8 = ops.sparse_tc_meta(i8, 2, 4, 8, 96)
+    stale = m8.clone()
+    stale[:, 6:] = 0
+    with pytest.raises(RuntimeError, match="tc_meta does not match indices"):
+        ops.spmm(x, v8, i8[:0], 2, 4, 8, None, None, None, stale)
+    descending = m8.clone()
+    descending[0, 0] = (descending[0, 0] & ~0xF) | 0x6  # window 0 of vector 0 keeps (2, 1)
+    with pytest.raises(RuntimeError, match="ascending"):
+        ops.spmm(x, v8, i8[:0], 2, 4, 8, None, None, None, descending)
+    # The fake kernel refuses what the backends refuse.
+    with pytest.raises(Exception, match="compact 2:4 form\\) need the weight's tc_meta"):
+        ops.spmm(x.to("meta"), values.to("meta"), indices[:0].to("meta"), 2, 4, 2)
+    y = ops.spmm(x.to("meta"), values.to("meta"), indices[:0].to("meta"), 2, 4, 2, None, None, None, meta.to("meta"))
+    assert y.is_meta and tuple(y.shape) == (5, 64)
+
+
+def test_spmm_compact_form_opcheck_and_autograd(nm):
+    values, indices = nm.random_packed(64, 96, 2, 4, 1, torch.bfloat16)
+    meta = ops.sparse_tc_meta(indices, 2, 4, 1, 96)
+    x = torch.randn(4, 96).to(torch.bfloat16)
+    opcheck(ops.spmm, (x, values, indices[:0], 2, 4, 1, None, None, None, meta))
+    opcheck(ops.spmm_with_plan, (x, values, indices[:0], 2, 4, 1, None, None, None, "generic_f32", 1, meta))
+    xr = x.float().requires_grad_()
+    bias = torch.randn(64, requires_grad=True)
+    g = torch.randn(4, 64)
+    ops.spmm(xr, values.float(), indices[:0], 2, 4, 1, bias, None, None, meta).backward(g)
+    torch.testing.assert_close(xr.grad, g @ nm.ref_decompress(values.float(), indices, 2, 4, 1), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(bias.grad, g.sum(0))
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("L", [1, 16, 32])
+def test_every_plan_runs_the_compact_form_as_the_canonical(dtype, L, nm):
+    # Plans that read tc_meta ignore the indices; the others run on the indices rebuilt for the call.
+    # Same kernel, same inputs: the same bits.
+    cc = torch.cuda.get_device_capability()
+    values, indices = nm.random_packed(256, 512, 2, 4, L, dtype, "cuda")
+    meta = ops.sparse_tc_meta(indices, 2, 4, L, 512)
+    bias = torch.randn(256, device="cuda").to(dtype)
+    ran = set()
+    for m in (1, 8, 16, 64, 300):
+        x = torch.randn(m, 512, device="cuda").to(dtype)
+        for name in ops.kernels():
+            info = ops.kernel_info(name)
+            if info[1] not in ("float32", str(dtype).removeprefix("torch.")):
+                continue
+            if info[10] or not ops.kernel_supports(name, m, 2, 4, L, False, cc[0] * 10 + cc[1]):
+                continue
+            try:
+                a = ops.spmm_with_plan(x, values, indices, 2, 4, L, bias, None, None, name, 1, meta)
+            except RuntimeError:  # a plan the binding refuses for the call refuses both forms
+                with pytest.raises(RuntimeError):
+                    ops.spmm_with_plan(x, values, indices[:0], 2, 4, L, bias, None, None, name, 1, meta)
+                continue
+            b = ops.spmm_with_plan(x, values, indices[:0], 2, 4, L, bias, None, None, name, 1, meta)
+            assert torch.equal(a, b), (name, m)
+            ran.add(info[0])
+    assert len(ran) >= 3, ran

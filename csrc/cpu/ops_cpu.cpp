@@ -228,24 +228,21 @@ at::Tensor spmm_cpu(const at::Tensor& x, const at::Tensor& values, const at::Ten
                     const std::optional<at::Tensor>& col_info,
                     const std::optional<at::Tensor>& packed_indices,
                     const std::optional<at::Tensor>& tc_meta) {
-  const int64_t in = check_compressed(values, indices, N, M, L);
+  const int64_t in = check_compressed(values, indices, N, M, L, /*compact_ok=*/true);
   check_spmm_inputs(x, values, bias, in);
-  TORCH_CHECK(col_info.has_value() == packed_indices.has_value(),
-              "nmspmm.spmm: col_info and packed_indices must be given together");
-  if (col_info.has_value()) {
-    check_col_info(*col_info, *packed_indices, indices, N, M, in, values.size(1));
-    check_col_info_data(*col_info, *packed_indices, indices, N, M, L, "spmm");
-  }
-  if (tc_meta.has_value()) {
-    check_tc_meta(*tc_meta, indices, N, M, L, in, values.size(1));
-    TORCH_CHECK(at::equal(*tc_meta, sparse_tc_meta_cpu(indices, N, M, L, in)),
+  check_spmm_metadata(values, indices, N, M, L, in, col_info, packed_indices, tc_meta);
+  // A compact 2:4 weight's positions are its tc_meta's; the check below then covers the padding.
+  const at::Tensor idx =
+      indices_compact(values, indices) ? indices_from_tc_meta(*tc_meta, in, values.size(1), L) : indices;
+  if (col_info.has_value()) check_col_info_data(*col_info, *packed_indices, idx, N, M, L, "spmm");
+  if (tc_meta.has_value())
+    TORCH_CHECK(at::equal(*tc_meta, sparse_tc_meta_cpu(idx, N, M, L, in)),
                 "nmspmm.spmm: tc_meta does not match indices (rebuild it with torch.ops.nmspmm.sparse_tc_meta(indices, 2, 4, L, "
                 "in_features))");
-  }
   const int64_t out = values.size(1), m = spmm_rows(x);
   if (in == 0) return spmm_no_inputs(x, out, bias).reshape(spmm_out_shape(x, out));
   // Reference: dense fp32 matmul with the decompressed weight (decompress checks the indices).
-  const auto dense = decompress_cpu(values.to(at::kFloat), indices, N, M, L);
+  const auto dense = decompress_cpu(values.to(at::kFloat), idx, N, M, L);
   const auto x2 = x.reshape({m, in}).to(at::kFloat);
   auto y = at::matmul(x2, dense.t());
   // Pruned positions of x are never read (the CUDA kernels gather the kept inputs only), so a NaN
@@ -256,7 +253,7 @@ at::Tensor spmm_cpu(const at::Tensor& x, const at::Tensor& values, const at::Ten
     const int64_t w_rows = values.size(0);
     // cols[u, j] = window(u) * M + indices[u, j / L]: the x column that weight (u, j) multiplies.
     const auto window_base = at::arange(w_rows, x2.options().dtype(at::kLong)).div(N, "floor").mul(M);
-    const auto cols = indices.to(at::kLong).repeat_interleave(L, 1).add(window_base.unsqueeze(1));
+    const auto cols = idx.to(at::kLong).repeat_interleave(L, 1).add(window_base.unsqueeze(1));
     const auto vals = values.to(at::kFloat);
     const auto* rp = bad_rows.data_ptr<int64_t>();
     for (int64_t e = 0; e < bad_rows.numel(); ++e)
@@ -274,7 +271,7 @@ at::Tensor spmm_with_plan_cpu(const at::Tensor& x, const at::Tensor& values,
                               int64_t split_k, const std::optional<at::Tensor>& tc_meta) {
   // The CPU computes the reference whatever the plan, but refuses the plans the CUDA binding
   // refuses (same rules, checks.h), so a test that passes here runs there.
-  const int64_t in = check_compressed(values, indices, N, M, L);
+  const int64_t in = check_compressed(values, indices, N, M, L, /*compact_ok=*/true);
   check_spmm_inputs(x, values, bias, in);
   check_plan(kernel, split_k, spmm_rows(x), N, M, L, col_info.has_value());
   return spmm_cpu(x, values, indices, N, M, L, bias, col_info, packed_indices, tc_meta);

@@ -190,14 +190,12 @@ at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const a
                           const std::optional<at::Tensor>& col_info,
                           const std::optional<at::Tensor>& packed_indices, c10::string_view forced_kernel,
                           int64_t split_k, bool forced, const std::optional<at::Tensor>& tc_meta) {
-  const int64_t in = check_compressed(values, indices, N, M, L);
+  const int64_t in = check_compressed(values, indices, N, M, L, /*compact_ok=*/true);
   check_spmm_inputs(x, values, bias, in);
   TORCH_CHECK(values.is_cuda(), "nmspmm.spmm: values must be a CUDA tensor here");
-  TORCH_CHECK(col_info.has_value() == packed_indices.has_value(),
-              "nmspmm.spmm: col_info and packed_indices must be given together");
+  check_spmm_metadata(values, indices, N, M, L, in, col_info, packed_indices, tc_meta);
   const bool has_col_info = col_info.has_value();
-  if (has_col_info) check_col_info(*col_info, *packed_indices, indices, N, M, in, values.size(1));
-  if (tc_meta.has_value()) check_tc_meta(*tc_meta, indices, N, M, L, in, values.size(1));
+  const bool compact = indices_compact(values, indices);
   const c10::cuda::CUDAGuard guard(x.device());
 
   const int64_t out = values.size(1);
@@ -229,21 +227,27 @@ at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const a
     pb.max_cluster = device.decode_max_cluster;
     pb.has_col_info = has_col_info;
     pb.sm90a = device.cc == 90;
+    pb.positions_in_tc_meta = compact;
     plan = choose_plan(pb);
   }
+  // A compact 2:4 weight (positions in tc_meta only) runs a plan that reads indices on the
+  // canonical indices rebuilt for the call (tensor ops on the current stream; the policy counts them).
+  const at::Tensor full_indices =
+      compact && plan.kernel != Kernel::kNone && !reads_tc_meta(plan.kernel) ? indices_from_tc_meta(*tc_meta, in, out, L)
+                                                                              : indices;
   if (is_half_kernel(plan.kernel)) {  // native fp16 / bf16 kernels
     if (in == 0) return spmm_no_inputs(x, out, bias).reshape(out_shape);
     if (m == 0 || out == 0) return at::empty({m, out}, x.options()).reshape(out_shape);
     const KernelInfo& info = kernel_info(plan.kernel);
     at::Tensor y;
     if (info.family == Family::kSparseTc)
-      y = spmm_sparse_tc(x2, values, indices, L, bias, tc_meta, plan.kernel, plan.split_k);
+      y = spmm_sparse_tc(x2, values, full_indices, L, bias, tc_meta, plan.kernel, plan.split_k);
     else if (info.family == Family::kDecodeTc || info.family == Family::kDecodeSparseTc)
-      y = spmm_half_decode(x2, values, indices, N, M, L, bias, half_decode_config(plan.kernel), plan.split_k, tc_meta);
+      y = spmm_half_decode(x2, values, full_indices, N, M, L, bias, half_decode_config(plan.kernel), plan.split_k, tc_meta);
     else if (info.family == Family::kDecodeSplitK)  // the reduction overlaps its kernel's tail where fp32's does
-      y = spmm_decode_splitk_half(x2, values, indices, N, M, L, bias, plan.split_k, clusters && ab_switches().overlap);
+      y = spmm_decode_splitk_half(x2, values, full_indices, N, M, L, bias, plan.split_k, clusters && ab_switches().overlap);
     else
-      y = spmm_half_prefill(x2, values, indices, N, M, L, bias, info.family == Family::kDenseExpand, plan.split_k,
+      y = spmm_half_prefill(x2, values, full_indices, N, M, L, bias, info.family == Family::kDenseExpand, plan.split_k,
                             half_prefill_warp_specialized(device.cc, L));
     return y.reshape(out_shape);
   }
@@ -261,7 +265,7 @@ at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const a
   if (in == 0) return spmm_no_inputs(x, out, bias).reshape(out_shape);
   if (is_dense_expand_kernel(plan.kernel)) {  // dense_expand_f32 (16-bit inputs upcast above)
     if (m == 0 || out == 0) return at::empty({m, out}, x.options()).reshape(out_shape);
-    at::Tensor y = spmm_dense_f32(x2, vals, indices.contiguous(), N, M, L, b);
+    at::Tensor y = spmm_dense_f32(x2, vals, full_indices.contiguous(), N, M, L, b);
     if (dtype != at::kFloat) y = y.to(dtype);
     return y.reshape(out_shape);
   }
@@ -270,7 +274,7 @@ at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const a
 
   if (plan.kernel == Kernel::kGenericF32) plan.split_k = 1;
 
-  const at::Tensor idx = (is_packed_kernel(plan.kernel) ? *packed_indices : indices).contiguous();
+  const at::Tensor idx = (is_packed_kernel(plan.kernel) ? *packed_indices : full_indices).contiguous();
   at::Tensor cols = has_col_info ? col_info->contiguous() : at::Tensor();
   if (cols.defined() && !aligned16(cols.data_ptr())) cols = cols.clone();  // read 16 bytes at a time
   at::Tensor workspace, xt;

@@ -617,7 +617,9 @@ cudaError_t launch(const HalfSpmmParams& p, int config, cudaStream_t stream) {
                p.meta_ld < p.n / p.L))
     return cudaErrorInvalidValue;
   if (p.split_k < 1 || p.split_k > kHalfDecodeMaxSplit) return cudaErrorInvalidValue;
-  if (p.x == nullptr || p.values == nullptr || p.indices == nullptr || p.y == nullptr) return cudaErrorInvalidValue;
+  // Sp24 reads the positions from meta alone (a compact 2:4 weight has no indices).
+  if (p.x == nullptr || p.values == nullptr || (!sp24 && p.indices == nullptr) || p.y == nullptr)
+    return cudaErrorInvalidValue;
   if (p.ldx < p.k) return cudaErrorInvalidValue;
   if (reinterpret_cast<uintptr_t>(p.values) % 16 != 0 || reinterpret_cast<uintptr_t>(p.y) % 8 != 0 ||
       reinterpret_cast<uintptr_t>(p.x) % 2 != 0 || (p.bias != nullptr && reinterpret_cast<uintptr_t>(p.bias) % 2 != 0))
