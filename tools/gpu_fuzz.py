@@ -387,12 +387,16 @@ def run_sparse_tc_case(i, rnd, gen, tally, kernels, cc, small):
     x, layout = draw_x(rnd, m, k, dtype, gen)
     tc_meta = ops.sparse_tc_meta(indices, 2, 4, L, k) if rnd.random() < 0.7 else None
     ref, scale = reference(x, dense_of(values, indices, 2, 4, L, k), bias)
+    # Half the calls with tc_meta pass the compact 2:4 form (indices [0, out/L], positions in tc_meta).
+    compact = tc_meta is not None and rnd.random() < 0.5
+    idx = indices[:0] if compact else indices
     kernel, split_k = sparse_tc_plan(rnd, kernels, m, dtype)
     desc = (f"case {i}: m={m} n={n} k={k} 2:4 L={L} {str(dtype)[6:]} {layout} bias={bias is not None} "
-            f"tc_meta={tc_meta is not None} kernel={kernel} split_k={split_k}")
-    for cat, run in (("sparse_tc: forced plan", lambda: ops.spmm_with_plan(x, values, indices, 2, 4, L, bias, None, None,
-                                                                             kernel, split_k, tc_meta)),
-                     ("sparse_tc: heuristic", lambda: ops.spmm(x, values, indices, 2, 4, L, bias, None, None, tc_meta))):
+            f"tc_meta={tc_meta is not None} compact={compact} kernel={kernel} split_k={split_k}")
+    form = ", compact" if compact else ""
+    for cat, run in ((f"sparse_tc: forced plan{form}", lambda: ops.spmm_with_plan(x, values, idx, 2, 4, L, bias, None,
+                                                                                    None, kernel, split_k, tc_meta)),
+                     (f"sparse_tc: heuristic{form}", lambda: ops.spmm(x, values, idx, 2, 4, L, bias, None, None, tc_meta))):
         try:
             y = run()
         except RuntimeError as e:
@@ -595,8 +599,11 @@ def run_corrupt_tc_meta_case(i, rnd, gen, tally, kernels, cc, small):
     good = (p0 < p1).all(0).repeat_interleave(L)  # outputs of vectors whose pairs are all defined
     desc = f"case {i}: {kind} m={m} n={n} k={k} 2:4 L={L} {str(dtype)[6:]}, {int((~good).sum())} outputs unspecified"
     kernel, split_k = sparse_tc_plan(rnd, kernels, m, dtype)
+    compact = rnd.random() < 0.5  # the compact 2:4 form: the kernels read the same words
+    desc += f", compact={compact}"
     try:
-        y = ops.spmm_with_plan(x, values, indices, 2, 4, L, None, None, None, kernel, split_k, meta)
+        y = ops.spmm_with_plan(x, values, indices[:0] if compact else indices, 2, 4, L, None, None, None, kernel,
+                               split_k, meta)
     except RuntimeError as e:
         tally.add("corrupt tc_meta: raw op", "fail", note=f"{desc} kernel={kernel}: raised {str(e)[:200]}")
         return

@@ -59,6 +59,9 @@ for (m, n, k, N, M, L) in cases + [MULTI_ROUND]:
                                    p.packed_indices, kernel, split)
             err = ((y.double() - rk).norm() / rk.norm()).item()
             assert err < tol, (m, n, k, N, M, L, kernel, split, err)
+            if family in ("sparse_tc", "decode_sparse_tc"):  # the compact 2:4 form: no indices at all
+                yc = ops.spmm_with_plan(xk, vk, p.indices[:0], N, M, L, None, None, None, kernel, split, p.tc_meta)
+                assert torch.equal(yc, y), (m, n, k, N, M, L, kernel, split, "compact")
 # The unstructured CSR kernel (outside the registry): "csr" in NMSPMM_SANITIZE_KERNELS, or a full run.
 if only is None or "csr" in kernels:
     for (m, n, k, density) in [(1, 37, 300, 0.1), (8, 64, 1000, 0.02), (9, 130, 96, 0.5), (70, 33, 2000, 1.0),
