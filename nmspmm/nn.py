@@ -452,6 +452,7 @@ class LayerReport:
     dense_bytes: int     # weight + bias of the nn.Linear
     sparse_bytes: int    # values + indices + bias of the NMLinear (its state_dict)
     metadata_bytes: int  # col_info + packed_indices, tc_meta (derived, not saved)
+    resident_bytes: int = 0  # what the layer holds: the compact 2:4 form has no indices (NMLinear.resident_nbytes)
 
 
 @dataclass
@@ -476,6 +477,10 @@ class SparsifyReport:
     def metadata_bytes(self) -> int:
         return sum(r.metadata_bytes for r in self.swapped)
 
+    @property
+    def resident_bytes(self) -> int:
+        return sum(r.resident_bytes for r in self.swapped)
+
     def __str__(self) -> str:
         if isinstance(self.pattern, float):
             what = f"unstructured {self.pattern:.0%} (CSR)"
@@ -483,8 +488,8 @@ class SparsifyReport:
             N, M, L = self.pattern
             what = f"{N}:{M} L={L}"
         return (f"nmspmm.sparsify_ {what}: swapped {len(self.swapped)} Linear layers "
-                f"({self.dense_bytes} B dense -> {self.sparse_bytes} B compressed "
-                f"+ {self.metadata_bytes} B packing metadata), skipped {len(self.skipped)}; "
+                f"({self.dense_bytes} B dense -> {self.sparse_bytes} B compressed in the state dict, "
+                f"{self.resident_bytes} B held with the kernels' metadata), skipped {len(self.skipped)}; "
                 f"model parameters+buffers {self.model_bytes_before} B -> {self.model_bytes_after} B")
 
 
@@ -639,10 +644,10 @@ def sparsify_(model: nn.Module, N: Optional[int] = None, M: Optional[int] = None
         dense += bias_bytes
         if unstructured:
             report.swapped.append(LayerReport(fqn, mod.in_features, mod.out_features, dense,
-                                              new.weight_nbytes + bias_bytes, 0))
+                                              new.weight_nbytes + bias_bytes, 0, new.weight_nbytes + bias_bytes))
         else:
             report.swapped.append(LayerReport(fqn, mod.in_features, mod.out_features, dense,
-                                              new.weight_nbytes, new.metadata_nbytes))
+                                              new.weight_nbytes, new.metadata_nbytes, new.resident_nbytes))
 
     # Swap every reference (a module shared under several names is replaced everywhere).
     for fqn, mod in list(model.named_modules(remove_duplicate=False)):

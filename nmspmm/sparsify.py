@@ -477,6 +477,7 @@ def run(args) -> dict:
                     skipped=[list(s) for s in report.skipped], unfit=unfit),
         bytes=dict(model_before=report.model_bytes_before, model_after=report.model_bytes_after,
                    projections_dense=report.dense_bytes, projections_sparse=report.sparse_bytes,
+                   projections_resident=report.resident_bytes,
                    source_weights=_weights_bytes(model_dir, gguf), checkpoint=checkpoint_bytes),
         seconds=seconds,
         versions=dict(nmspmm=nmspmm.__version__, torch=torch.__version__, transformers=transformers.__version__),

@@ -375,6 +375,7 @@ def test_sparsify_default_filter_report_and_warning(caplog):
     after = sum(nbytes(t) for t in list(model.parameters()) + list(model.buffers()))
     assert report.model_bytes_after == after
     assert after == before - report.dense_bytes + report.sparse_bytes + report.metadata_bytes
+    assert report.resident_bytes == report.sparse_bytes + report.metadata_bytes  # canonical indices held
     assert any("swapped 2 Linear layers" in r.getMessage() for r in caplog.records)
 
     x = torch.randn(3, 256)
@@ -532,3 +533,21 @@ def test_cuda_graph_capture_layer(m):
         torch.cuda.synchronize()
         torch.testing.assert_close(static_y, layer(static_x), rtol=0, atol=0)
         assert_matches_ref64(static_y.cpu(), static_x.cpu(), lin, 2, 8, 16, tol=CUDA_F32_TOL)
+
+
+def test_sparsify_report_counts_the_compact_2_4_form():
+    # A 2:4 bf16 layer holds values and tc_meta (no indices): the report's resident bytes are what
+    # the model holds; its state dict still carries the canonical indices (sparse_bytes).
+    model = nn.Sequential(nn.Linear(256, 128, dtype=torch.bfloat16), nn.ReLU(), nn.Linear(128, 64, dtype=torch.bfloat16))
+    before = sum(t.numel() * t.element_size() for t in model.parameters())
+    sparsify_(model, 2, 4, 1, filter_fn=lambda mod, fqn: True)
+    report = sparsify_report(model)
+    layers = [model[0], model[2]]
+    assert all(m.indices_compact for m in layers)
+    assert report.resident_bytes == sum(m.resident_nbytes for m in layers)
+    # values (in/2 x out x 2 B) + tc_meta (in/32 x out words) + bias, per layer
+    assert report.resident_bytes == (128 * 128 * 2 + 8 * 128 * 4 + 128 * 2) + (64 * 64 * 2 + 4 * 64 * 4 + 64 * 2)
+    assert report.sparse_bytes == sum(m.weight_nbytes for m in layers) == report.resident_bytes \
+        - report.metadata_bytes + 128 * 128 + 64 * 64
+    assert report.model_bytes_after == before - report.dense_bytes + report.resident_bytes
+    assert "B held with the kernels' metadata" in str(report)
