@@ -129,7 +129,7 @@ def tensor_bytes(module) -> int:
 
 
 def linear_weight_bytes(model) -> int:
-    """Bytes of the seven projections' weight state (dense weight, or values + indices + metadata)."""
+    """Bytes of the seven projections' weight state (dense weight, or values + the indices a layer holds + metadata)."""
     from torch import nn
 
     total = 0
