@@ -15,7 +15,8 @@ State of an :class:`NMLinear`:
   sparse_tc_meta``, 2 bits per kept value at L = 1), a non-persistent buffer derived from
   ``indices`` wherever the packing metadata is rebuilt (construction, load, ``rebuild_metadata``);
   None for other patterns.
-* The compact 2:4 form: a 2:4 layer in float16 / bfloat16 (without ``enable_col_info``) holds its
+* The compact 2:4 form: a 2:4 layer in float16 / bfloat16 (without ``enable_col_info``), on the CPU
+  or a GPU of compute capability 9.0 (whose 2:4 kernels read ``tc_meta`` alone), holds its
   kept positions in ``tc_meta`` alone, and ``indices`` is an empty [0, out/L] buffer, so it keeps
   values + 2 bits per kept value (L = 1) instead of values + a byte per kept value + ``tc_meta``.
   ``canonical_indices()`` rebuilds the [in/2, out/L] indices (``torch.ops.nmspmm.sparse_tc_indices``);
@@ -75,6 +76,16 @@ def _check_features(name: str, v) -> None:
         raise TypeError(f"nmspmm.NMLinear: {name} must be an int, got {type(v).__name__}")
     if v < 0:
         raise ValueError(f"nmspmm.NMLinear: {name} must be >= 0, got {v}")
+
+
+def _compact_device(device: torch.device) -> bool:
+    """Where an NMLinear holds the compact 2:4 form: the CPU (its reference rebuilds the indices per
+    call) and GPUs of compute capability 9.0, whose 2:4 plans read tc_meta alone. Other GPUs plan
+    kernels that read the indices (the dense expansion, the split-K decode), which would rebuild
+    them on every call."""
+    if device.type == "cpu":
+        return True
+    return device.type == "cuda" and torch.cuda.get_device_capability(device) == (9, 0)
 
 
 def _record_pattern(module: "NMLinear", state_dict, prefix, local_metadata) -> None:
@@ -216,8 +227,8 @@ class NMLinear(nn.Module):
 
     def _compact_eligible(self) -> bool:
         return ((self.N, self.M) == (2, 4) and self.values.dtype in (torch.float16, torch.bfloat16)
-                and self.tc_meta is not None and not self.values.is_meta and self.values.shape[0] > 0
-                and not getattr(self, "_with_col_info", False))
+                and self.tc_meta is not None and self.values.shape[0] > 0
+                and not getattr(self, "_with_col_info", False) and _compact_device(self.values.device))
 
     def _sync_compact(self) -> None:
         """Hold the compact 2:4 form exactly where it applies (dtype, pattern, no col_info)."""

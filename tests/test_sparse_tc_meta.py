@@ -474,3 +474,14 @@ def test_every_plan_runs_the_compact_form_as_the_canonical(dtype, L, nm):
             assert torch.equal(a, b), (name, m)
             ran.add(info[0])
     assert len(ran) >= 3, ran
+
+
+def test_compact_form_only_where_the_kernels_read_tc_meta(monkeypatch):
+    # GPUs other than compute capability 9.0 plan 2:4 kernels that read the indices (rebuilt on every
+    # call from the compact form), so a layer there keeps them; the CPU and sm_90 compact.
+    from nmspmm.nn import _compact_device
+
+    assert _compact_device(torch.device("cpu")) and not _compact_device(torch.device("meta"))
+    for cc, want in (((8, 0), False), ((8, 9), False), ((9, 0), True), ((10, 0), False)):
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None, cc=cc: cc)
+        assert _compact_device(torch.device("cuda", 0)) == want, cc
