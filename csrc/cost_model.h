@@ -7,6 +7,7 @@
 #pragma once
 #include <cstdint>
 
+#include "cuda/kernels/half/expand_mma_geometry.h"
 #include "cuda/kernels/half/tc_prefill_stage.h"
 #include "registry.h"
 
@@ -519,6 +520,39 @@ inline double sparse_tc_cost_us(int tile, int64_t m, int64_t n, int64_t k, int s
   const double streaming = blocks < 100 ? static_cast<double>(blocks) / 100.0 : 1.0;
   const double memory = bytes / (kHbmBytesPerUs * streaming);
   return kSparseTcCompareFactor * (kLaunchUs + (grid > memory ? grid : memory));
+}
+
+// expand_mma_*: rounds of blocks (two per SM) times the k-stages a block walks, each costing the
+// expansion of its compressed rows (per lane: units of 2 outputs at L = 1, else min(L, 8)) and the
+// products of its token tile; against the compressed bytes at HBM rate, plus the launches of the
+// kernel, the split's reduction and the non-finite row check.
+struct ExpandMmaCost {
+  double fixed_us;      // launches and the pipeline's fill
+  double stage_us;      // per stage, whatever it holds
+  double store_us;      // per expansion store a lane issues in a stage
+  double mma_us;        // per 16 tokens of the tile, per stage
+  double reduce_bytes_per_us;
+};
+constexpr ExpandMmaCost kExpandMmaCost{5.0, 0.05, 0.004, 0.02, 2.5e6};
+inline double expand_mma_cost_us(int tile, int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, int64_t L,
+                                 int split, int num_sms) {
+  const ExpandMmaCost& c = kExpandMmaCost;
+  const int64_t sms = num_sms > 0 ? num_sms : 132;
+  const int64_t blocks = static_cast<int64_t>((n + 127) / 128) * ((m + tile - 1) / tile) * split;
+  const int64_t rounds = (blocks + 2 * sms - 1) / (2 * sms);
+  const int64_t stages = ((k + 63) / 64 + split - 1) / split;
+  const int64_t windows = 64 / M;
+  const int64_t group = L < 2 ? 2 : L < 8 ? L : 8;                       // outputs per unit
+  const int64_t units = windows * (32 / group);                          // per warp and stage
+  const double stores = static_cast<double>((units + 31) / 32) * static_cast<double>(N) * (L < 2 ? 2.0 : 1.0);
+  const double stage = c.stage_us + c.store_us * stores + c.mma_us * static_cast<double>(tile / 16);
+  const double grid = static_cast<double>(rounds) * static_cast<double>(stages) * stage;
+  const double bytes = compressed_bytes(n, k, N, M, L, 2) + 2.0 * static_cast<double>(m) * static_cast<double>(k + n);
+  const double memory = bytes / kHbmBytesPerUs;
+  const double reduce = split > 1 ? kLaunchUs + 8.0 * static_cast<double>(split) * static_cast<double>(m) *
+                                                    static_cast<double>(n) / c.reduce_bytes_per_us
+                                  : 0.0;
+  return c.fixed_us + (grid > memory ? grid : memory) + reduce;
 }
 
 }  // namespace nmspmm

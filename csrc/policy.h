@@ -439,6 +439,23 @@ inline PlanCost plan_sparse_tc(const Problem& pb, const Candidates& c) {
   return best;
 }
 
+// The fused expansion (fp16 / bf16, sm_80+, L <= 32, expand_mma::shape_supported): the cheapest
+// (token tile, split) under expand_mma_cost_us, each split keeping at least 4 stages of 64 inputs.
+inline PlanCost plan_expand_mma(const Problem& pb, const Candidates& c) {
+  if (pb.dtype == DType::kF32 || !kernels::expand_mma::shape_supported(pb.n, pb.k, pb.N, pb.M, pb.L)) return kNoPlan;
+  PlanCost best = kNoPlan;
+  const int64_t stages = (pb.k + 63) / 64;
+  for (const KernelInfo& k : kKernelTable) {
+    if (k.family != Family::kExpandMma || k.dtype != pb.dtype || !c.has(k.id)) continue;
+    for (int split = 1; split <= kMaxExpandMmaSplit; split *= 2) {
+      if (split > 1 && stages < 4 * split) break;
+      best = cheaper(best, plan_cost(pb, {k.id, split},
+                                     expand_mma_cost_us(k.tile_m, pb.m, pb.n, pb.k, pb.N, pb.M, pb.L, split, pb.num_sms)));
+    }
+  }
+  return best;
+}
+
 // Never planned (col_info, see registry_candidates).
 inline PlanCost plan_none(const Problem&, const Candidates&) { return kNoPlan; }
 
@@ -462,6 +479,7 @@ constexpr FamilyPlan kFamilyPlanners[] = {
     {Family::kProducer, &plan_producer},
     {Family::kProducerTail, &plan_producer_tail},
     {Family::kTcPrefill, &plan_tc_prefill},
+    {Family::kExpandMma, &plan_expand_mma},
     {Family::kDenseExpand, &plan_dense_expand},
     {Family::kGeneric, &plan_generic},
     {Family::kPacked, &plan_none},

@@ -37,6 +37,7 @@ enum class Family : int {
   kDenseExpand,    // any dtype: the weight expanded to dense for the call, then cuBLAS
   kSparseTc,       // fp16 / bf16, sm_90a, N:M = 2:4 (any L): wgmma.sp on the sparse tensor cores
   kDecodeSparseTc, // fp16 / bf16, m <= 64, clusters, 2:4 (any L): decode_tc's stream into mma.sp
+  kExpandMma,      // fp16 / bf16, sm_80+, L <= 32: the weight expanded per warp in shared memory, mma.sync
 };
 inline const char* family_name(Family f) {
   switch (f) {
@@ -54,6 +55,7 @@ inline const char* family_name(Family f) {
     case Family::kDenseExpand: return "dense_expand";
     case Family::kSparseTc: return "sparse_tc";
     case Family::kDecodeSparseTc: return "decode_sparse_tc";
+    case Family::kExpandMma: return "expand_mma";
   }
   return "?";
 }
@@ -107,6 +109,12 @@ enum class Kernel : int {
   kDecodeSparseTcBF16_256,
   kDecodeSparseTcF16_64,
   kDecodeSparseTcF16_256,
+  kExpandMmaBF16_16x128,
+  kExpandMmaBF16_64x128,
+  kExpandMmaBF16_128x128,
+  kExpandMmaF16_16x128,
+  kExpandMmaF16_64x128,
+  kExpandMmaF16_128x128,
   kCount,
   kNone = -1,
 };
@@ -118,6 +126,8 @@ constexpr int kMaxDecodeCluster = 16;
 constexpr int kMaxSplitK = 64;
 // Largest split_k (cluster size) of the sparse tensor-core kernels; they take 1, 2, 4 or 8.
 constexpr int kMaxSparseTcSplit = 8;
+// Largest split_k of the fused-expansion kernels (k split over the grid, fp32 partials).
+constexpr int kMaxExpandMmaSplit = 32;
 // Largest m of the fp16 / bf16 prefill kernel (its x transpose's grid; larger m takes the dense
 // expansion).
 constexpr int kTcPrefillMaxM = 65535 * 64;
@@ -203,6 +213,14 @@ constexpr KernelInfo kKernelTable[] = {
     {Kernel::kDecodeSparseTcBF16_256, "decode_sparse_tc_bf16_256", Family::kDecodeSparseTc, DType::kBF16, 0, 256, 8, 256, 1, 4, 64, 90, false, false, false, kMaxDecodeCluster},
     {Kernel::kDecodeSparseTcF16_64, "decode_sparse_tc_f16_64", Family::kDecodeSparseTc, DType::kF16, 0, 64, 8, 64, 1, 4, 64, 90, false, false, false, kMaxDecodeCluster},
     {Kernel::kDecodeSparseTcF16_256, "decode_sparse_tc_f16_256", Family::kDecodeSparseTc, DType::kF16, 0, 256, 8, 256, 1, 4, 64, 90, false, false, false, kMaxDecodeCluster},
+    // The fused expansion (kernels/half/expand_mma.cuh): blocks of tile_m tokens x 128 outputs, 4
+    // warps; any N:M with L <= 32 (kernel_supports), k split over the grid (fp32 partials).
+    {Kernel::kExpandMmaBF16_16x128, "expand_mma_bf16_16x128", Family::kExpandMma, DType::kBF16, 16, 128, 4, 0, 1, 64, 0, 80, false, false, false, kMaxExpandMmaSplit},
+    {Kernel::kExpandMmaBF16_64x128, "expand_mma_bf16_64x128", Family::kExpandMma, DType::kBF16, 64, 128, 4, 0, 1, 64, 0, 80, false, false, false, kMaxExpandMmaSplit},
+    {Kernel::kExpandMmaBF16_128x128, "expand_mma_bf16_128x128", Family::kExpandMma, DType::kBF16, 128, 128, 4, 0, 1, 64, 0, 80, false, false, false, kMaxExpandMmaSplit},
+    {Kernel::kExpandMmaF16_16x128, "expand_mma_f16_16x128", Family::kExpandMma, DType::kF16, 16, 128, 4, 0, 1, 64, 0, 80, false, false, false, kMaxExpandMmaSplit},
+    {Kernel::kExpandMmaF16_64x128, "expand_mma_f16_64x128", Family::kExpandMma, DType::kF16, 64, 128, 4, 0, 1, 64, 0, 80, false, false, false, kMaxExpandMmaSplit},
+    {Kernel::kExpandMmaF16_128x128, "expand_mma_f16_128x128", Family::kExpandMma, DType::kF16, 128, 128, 4, 0, 1, 64, 0, 80, false, false, false, kMaxExpandMmaSplit},
 };
 constexpr int kNumKernels = static_cast<int>(Kernel::kCount);
 static_assert(sizeof(kKernelTable) / sizeof(kKernelTable[0]) == kNumKernels, "one kKernelTable row per Kernel");
@@ -295,6 +313,8 @@ inline bool kernel_supports(Kernel kernel, int64_t m, int64_t N, int64_t M, int6
   // The tensor-core kernels: L a power of two in [16, 128] (min_L above); the prefill kernel needs
   // M >= 8 (a 16-slot fragment spans at most two windows of 8).
   if (k.family == Family::kTcPrefill) return M >= 8;
+  // The fused expansion: 128 / L index bytes per compressed row of a block, copied 4 at a time.
+  if (k.family == Family::kExpandMma) return L <= 32;
   // The sparse tensor cores select 2 of every 4 inputs.
   if (k.family == Family::kSparseTc || k.family == Family::kDecodeSparseTc) return N == 2 && M == 4;
   return true;

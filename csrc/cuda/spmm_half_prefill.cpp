@@ -2,6 +2,8 @@
 //  * tc_prefill_*: the gathered tensor-core kernel of csrc/cuda/kernels/half/spmm_tc_prefill.cuh
 //    (mma.sync, fp32 accumulation, output and bias in the input dtype; M in {8, 16, 32, 64},
 //    L in {16, 32, 64, 128});
+//  * expand_mma_*: the fused expansion (kernels/half/expand_mma.cuh): the weight expanded per warp in
+//    shared memory and multiplied on the dense tensor cores (any N:M with L <= 32);
 //  * dense_expand_*: the weight expanded to dense for the call (kernels/half/expand_dense.cu), then
 //    cuBLAS, which the heuristic picks where its cost model says it is faster (large m). Everything runs on the current stream;
 // the k-major copy of x and the split-K partials live in one scratch tensor from the caching
@@ -14,6 +16,7 @@
 #include <optional>
 
 #include "../ab_switches.h"
+#include "kernels/half/expand_mma_geometry.h"
 #include "kernels/half/spmm_half.h"
 #include "spmm_params.h"
 
@@ -78,6 +81,48 @@ at::Tensor spmm_half_prefill(const at::Tensor& x2, const at::Tensor& values, con
   const cudaError_t err = kernels::launch_tc_prefill(p, config, c10::cuda::getCurrentCUDAStream());
   TORCH_CHECK(err == cudaSuccess, "nmspmm.spmm: fp16/bf16 prefill kernel (config ", config, ", split_k=",
               split_k, ") failed for m=", m, " n=", out, " k=", in, ": ", cudaGetErrorString(err));
+  return y;
+}
+
+// Runs an expand_mma_* plan (blocks of tile_tokens tokens, split-K split_k). Its dense products
+// meet a NaN or Inf of x at pruned positions (0 * Inf), so the non-finite row check of the dense
+// expansion follows it (docs/format.md, "NaN and Inf in x").
+at::Tensor spmm_half_expand_mma(const at::Tensor& x2, const at::Tensor& values, const at::Tensor& indices, int64_t N,
+                                int64_t M, int64_t L, const std::optional<at::Tensor>& bias, int tile_tokens,
+                                int split_k, const char* kernel_name) {
+  const int64_t m = x2.size(0), in = x2.size(1), out = values.size(1);
+  TORCH_CHECK(kernels::expand_mma::shape_supported(out, in, N, M, L), "nmspmm.spmm_with_plan: kernel ", kernel_name,
+              " needs L <= 32, in_features a multiple of 8 and out_features a multiple of 8 and of 4 * L; got ", N,
+              ":", M, " L=", L, " in_features=", in, " out_features=", out);
+  at::Tensor x = x2;
+  if (x.stride(1) != 1 || (m > 1 && (x.stride(0) < in || x.stride(0) % 8 != 0)) ||
+      reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 != 0)
+    x = x.contiguous();
+  at::Tensor vals = values.contiguous();
+  if (reinterpret_cast<uintptr_t>(vals.data_ptr()) % 16 != 0) vals = vals.clone();
+  at::Tensor idx = indices.contiguous();
+  if (reinterpret_cast<uintptr_t>(idx.data_ptr()) % 4 != 0) idx = idx.clone();
+  at::Tensor b;
+  if (bias.has_value()) b = bias->contiguous();
+  at::Tensor y = at::empty({m, out}, x.options());
+  const int64_t ldx = m > 1 ? x.stride(0) : in;
+  kernels::HalfSpmmParams p = half_params(x, ldx, vals, idx, b, y, N, M, L, split_k);
+  const kernels::expand_mma::Geometry g = kernels::expand_mma::make_geometry(
+      out, in, N, M, L, tile_tokens, split_k, reinterpret_cast<uintptr_t>(idx.data_ptr()) % 16 == 0);
+  at::Tensor scratch;
+  if (g.split > 1) {
+    scratch = at::empty({static_cast<int64_t>(kernels::expand_mma::scratch_bytes(m, out, g.split))},
+                        x.options().dtype(at::kByte));
+    p.scratch = scratch.data_ptr();
+    p.scratch_bytes = static_cast<size_t>(scratch.numel());
+  }
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  cudaError_t err = kernels::launch_expand_mma(p, tile_tokens, stream);
+  TORCH_CHECK(err == cudaSuccess, "nmspmm.spmm: kernel ", kernel_name, " (split_k=", split_k, ") failed for m=", m,
+              " n=", out, " k=", in, ": ", cudaGetErrorString(err));
+  err = kernels::launch_regather_non_finite_rows(p, out, stream);
+  TORCH_CHECK(err == cudaSuccess, "nmspmm.spmm: the non-finite row check failed for m=", m, " n=", out, ": ",
+              cudaGetErrorString(err));
   return y;
 }
 

@@ -50,6 +50,12 @@ cudaError_t launch_expand_dense(const HalfSpmmParams& p, void* dense, cudaStream
 // so that a non-finite x at a pruned position is not read, as on every other path.
 cudaError_t launch_regather_non_finite_rows(const HalfSpmmParams& p, int64_t ldy, cudaStream_t stream);
 
+// Fused-expansion kernel (expand_mma.cuh; mma.sync, sm_80+, L <= 32): the compressed weight
+// expanded per warp in shared memory and multiplied on the dense tensor cores, blocks of 128
+// outputs x tile_tokens (16, 64 or 128) tokens, k split p.split_k ways (fp32 partials in p.scratch,
+// expand_mma::scratch_bytes). Shapes: expand_mma::shape_supported (expand_mma_geometry.h).
+cudaError_t launch_expand_mma(const HalfSpmmParams& p, int tile_tokens, cudaStream_t stream);
+
 // Decode kernels (small m): stream the compressed weight. `config` selects a variant.
 size_t half_decode_scratch_bytes(const HalfSpmmParams& p, int config);
 cudaError_t launch_half_decode(const HalfSpmmParams& p, int config, cudaStream_t stream);

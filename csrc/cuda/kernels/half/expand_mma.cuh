@@ -1,0 +1,408 @@
+// Fused-expansion SpMM for fp16 / bf16 (mma.sync m16n8k16, fp32 accumulation, sm_80+): the
+// compressed weight streams from HBM, each warp expands its 32 outputs of a 64-input stage into a
+// dense tile in shared memory, and dense tensor-core products follow. No dense copy of the weight
+// touches HBM, so a memory-bound call reads only the compressed bytes, and any N:M with L <= 32
+// runs (element-wise L = 1 included), with no gather of x.
+//
+//   y[m, n] = x[m, k] . W^T (+ bias),  W in the documented format: values [w, n] (compressed rows,
+//   output columns contiguous), indices [w, n / L] uint8, w = k * N / M.
+//
+// * A CTA (4 warps) owns 128 outputs x BT tokens (BT = 16, 64 or 128) and walks k in stages of 64
+//   inputs (64 / M whole windows), a k-range of them per split. Per stage, cp.async brings into a
+//   multi-stage ring: x [BT tokens][64 inputs] (16-byte chunks XOR-swizzled by token & 7), the
+//   values [s][128 outputs] (s = 64 / M * N compressed rows) and the index bytes [s][128 / L].
+// * Expansion: a warp owns outputs 32w..32w+31 of the tile and their dense strip [64 inputs][32
+//   outputs] (chunks swizzled by (input >> 1) & 3), private to the warp, so it zeroes, fills and
+//   reads it between __syncwarp()s only. A lane takes a (window, group of G outputs) unit, G =
+//   min(L, 8) (2 at L = 1, each output its own positions) and walks its N slots: one store of G
+//   values per slot at the window row the index byte names. Index bytes are masked with M - 1, so
+//   no byte value addresses outside its window; a position repeated in unchecked index data adds
+//   its values, as in every other plan (docs/format.md).
+// * Products: per 16 inputs, A (16 outputs x 16 inputs) by ldmatrix.x4.trans from the strip, B
+//   (16 inputs x 8 tokens) by ldmatrix.x4 from the x stage; a warp computes 32 outputs x BT tokens.
+// * Epilogue: accumulators (+ bias) staged through shared memory, coalesced 16-byte stores of y;
+//   with split-K, fp32 partials to scratch and the tensor-core prefill's reduce kernel.
+// A NaN or Inf of x meets the zeros of pruned positions in the dense products (0 * Inf), as in the
+// dense expansion + cuBLAS: the caller runs the same non-finite row check after it.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cuda/kernels/common/cp_async.cuh"
+#include "cuda/kernels/half/expand_mma_geometry.h"
+#include "cuda/kernels/half/spmm_half.h"
+#include "cuda/kernels/half/spmm_tc_prefill.cuh"
+
+namespace nmspmm {
+namespace kernels {
+namespace expand_mma {
+
+using tc_prefill::from_f32;
+using tc_prefill::ldsm_x4_trans;
+using tc_prefill::mma16816;
+using tc_prefill::smem_u32;
+using tc_prefill::to_f32;
+using tc_prefill::wait_pending;
+
+struct Args {
+  const void* x;  // [m, k], row stride ldx
+  int64_t ldx;
+  const void* values;      // [w, n]
+  const uint8_t* indices;  // [w, q]
+  const void* bias;        // [n] or nullptr
+  void* y;                 // [m, n]
+  float* part;             // [split, m, n] fp32 partials (split > 1)
+  int64_t m, n, k, w, q;
+  int N, M, L;
+  Geometry g;
+};
+
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// Byte offset of (dense row r, output o) in a warp's strip: 64-byte rows of four 16-byte chunks,
+// chunk index XOR (r >> 1) & 3, so the eight rows an ldmatrix reads fall in eight bank groups.
+__device__ __forceinline__ uint32_t strip_offset(int r, int o) {
+  return static_cast<uint32_t>(r * kStripRowBytes + ((((o >> 3) ^ (r >> 1)) & 3) << 4) + (o & 7) * 2);
+}
+
+// G consecutive 16-bit values (G = 1, 2, 4, 8) as one register word group.
+template <int G>
+struct Pack;
+template <>
+struct Pack<1> {
+  uint16_t v;
+};
+template <>
+struct Pack<2> {
+  uint32_t v;
+};
+template <>
+struct Pack<4> {
+  uint2 v;
+};
+template <>
+struct Pack<8> {
+  uint4 v;
+};
+
+template <int G>
+__device__ __forceinline__ void lds(Pack<G>& p, const unsigned char* a) {
+  p.v = *reinterpret_cast<const decltype(p.v)*>(a);
+}
+template <int G>
+__device__ __forceinline__ void sts(unsigned char* a, const Pack<G>& p) {
+  *reinterpret_cast<decltype(p.v)*>(a) = p.v;
+}
+
+// Adds G values to those stored at a (a position repeated in unchecked index data). Out of line,
+// with the values in registers: the common path keeps no stack traffic.
+template <typename T, int G>
+__device__ __noinline__ void add_to(unsigned char* a, Pack<G> v) {
+  T* d = reinterpret_cast<T*>(a);
+  const uint16_t* e = reinterpret_cast<const uint16_t*>(&v.v);
+#pragma unroll
+  for (int i = 0; i < G; ++i) {
+    uint16_t bits = e[i];
+    T s;
+    memcpy(&s, &bits, 2);
+    d[i] = from_f32<T>(to_f32<T>(d[i]) + to_f32<T>(s));
+  }
+}
+
+// Expands one stage's compressed rows for this warp's 32 outputs into its (zeroed) strip.
+// LG = min(L, 8): outputs sharing one position per slot; a unit is G = max(LG, 2) outputs.
+template <typename T, int LG>
+__device__ __forceinline__ void expand_stage(const Args& a, unsigned char* strip, const unsigned char* vals,
+                                             const uint8_t* idx, int windows, int wm, int lane) {
+  constexpr int G = LG < 2 ? 2 : LG;
+  constexpr int P = G / LG;           // positions per unit per slot (2 at L = 1, else 1)
+  constexpr int UC = 32 / G;          // units per window
+  const int N = a.N, M = a.M, L = a.L;
+  const int idx_row = a.g.idx_row;
+  const int units = windows * UC;
+  for (int u = lane; u < units; u += 32) {
+    const int g = u / UC, uc = u - g * UC;
+    const int o = uc * G;                       // first output of the unit within the strip
+    const int col = wm * 32 + o;                // ... within the CTA's 128
+    const unsigned char* vrow = vals + col * 2;
+    const uint8_t* irow = idx + col / L;
+    uint64_t seen[P];
+#pragma unroll
+    for (int p = 0; p < P; ++p) seen[p] = 0;
+#pragma unroll 4
+    for (int s = 0; s < N; ++s) {
+      const int r = g * N + s;
+      Pack<G> v;
+      lds<G>(v, vrow + r * (kBM * 2));
+      if (P == 1) {
+        const int pos = irow[r * idx_row] & (M - 1);
+        const uint64_t bit = uint64_t{1} << pos;
+        unsigned char* dst = strip + strip_offset(g * M + pos, o);
+        if (seen[0] & bit)
+          add_to<T, G>(dst, v);
+        else
+          sts<G>(dst, v);
+        seen[0] |= bit;
+      } else {
+        const uint16_t two = *reinterpret_cast<const uint16_t*>(irow + r * idx_row);
+        const uint16_t* e = reinterpret_cast<const uint16_t*>(&v.v);
+#pragma unroll
+        for (int p = 0; p < P; ++p) {
+          const int pos = (two >> (8 * p)) & (M - 1);
+          const uint64_t bit = uint64_t{1} << pos;
+          unsigned char* dst = strip + strip_offset(g * M + pos, o + p);
+          if (seen[p] & bit)
+            add_to<T, 1>(dst, Pack<1>{e[p]});
+          else
+            *reinterpret_cast<uint16_t*>(dst) = e[p];
+          seen[p] |= bit;
+        }
+      }
+    }
+  }
+}
+
+template <typename T, int BT, int LG>
+__global__ void __launch_bounds__(kThreads) expand_mma_kernel(const Args a) {
+  constexpr int NJ = BT / 8;  // n8 token tiles per warp
+  extern __shared__ __align__(1024) unsigned char smem[];
+  const Geometry& g = a.g;
+  const int tid = threadIdx.x, lane = tid & 31, wm = tid >> 5;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kBM;
+  const int64_t t0 = static_cast<int64_t>(blockIdx.y) * BT;
+  const int z = blockIdx.z;
+  const int st_begin = static_cast<int>(static_cast<int64_t>(z) * g.nst / g.split);
+  const int st_end = static_cast<int>(static_cast<int64_t>(z + 1) * g.nst / g.split);
+  const int nloc = st_end - st_begin;
+  const int64_t G_total = a.k / a.M;  // windows
+  const int wps = kBK / a.M;          // windows per stage
+  const T* x = static_cast<const T*>(a.x);
+  const T* values = static_cast<const T*>(a.values);
+  unsigned char* strip = smem + g.strips_off + wm * kStripBytes;
+  const uint32_t strip_s = smem_u32(strip);
+
+  auto issue_stage = [&](int st, int buf) {
+    unsigned char* sb = smem + buf * g.stage_bytes;
+    const int64_t kb = static_cast<int64_t>(st) * kBK;
+    // x [BT][64]: chunk c of token t, 16-byte chunks swizzled by t & 7
+    for (int i = tid; i < BT * 8; i += kThreads) {
+      const int t = i >> 3, c = i & 7;
+      const int64_t tt = t0 + t, kk = kb + c * 8;
+      const bool ok = tt < a.m && kk < a.k;
+      cp_async_16(sb + g.x_off + t * 128 + ((c ^ (t & 7)) << 4), ok ? x + tt * a.ldx + kk : x, ok);
+    }
+    // values [s][128]
+    const int64_t u0 = static_cast<int64_t>(st) * g.slots;
+    for (int i = tid; i < g.slots * 16; i += kThreads) {
+      const int r = i >> 4, c = i & 15;
+      const bool ok = u0 + r < a.w && n0 + c * 8 < a.n;
+      cp_async_16(sb + g.val_off + r * (kBM * 2) + c * 16, ok ? values + (u0 + r) * a.n + n0 + c * 8 : values, ok);
+    }
+    // index bytes [s][128 / L], in chunks of ich bytes (q is a multiple of ich)
+    const int chunks = g.idx_row / g.ich;
+    const int64_t v0 = n0 / a.L;
+    for (int i = tid; i < g.slots * chunks; i += kThreads) {
+      const int r = i / chunks, c = i - r * chunks;
+      const int64_t v = v0 + c * g.ich;
+      const bool ok = u0 + r < a.w && v < a.q;
+      const uint8_t* src = ok ? a.indices + (u0 + r) * a.q + v : a.indices;
+      unsigned char* dst = sb + g.idx_off + r * g.idx_row + c * g.ich;
+      if (g.ich == 16)
+        cp_async_16(dst, src, ok);
+      else
+        cp_async_4(dst, src, ok);
+    }
+  };
+
+  float acc[2][NJ][4];
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < NJ; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) acc[i][j][r] = 0.f;
+
+  for (int p = 0; p < g.stages - 1; ++p) {
+    if (p < nloc) issue_stage(st_begin + p, p);
+    cp_async_commit();
+  }
+
+  // Per-lane parts of the fragment addresses (see the header comment).
+  const int mi = lane >> 3, rr = lane & 7;
+  const int a_row = (mi >> 1) * 8 + rr;  // + 16 * ks
+  const int a_chunk = mi & 1;            // + 2 * i
+  const int b_tok = (mi >> 1) * 8 + rr;  // + 16 * jj
+  const int b_chunk = mi & 1;            // + 2 * ks
+
+  for (int it = 0; it < nloc; ++it) {
+    wait_pending(g.stages - 2);
+    __syncthreads();
+    const int nx = it + g.stages - 1;
+    if (nx < nloc) issue_stage(st_begin + nx, nx % g.stages);
+    cp_async_commit();
+
+    const int buf = it % g.stages;
+    const unsigned char* sb = smem + buf * g.stage_bytes;
+    const int64_t gw0 = static_cast<int64_t>(st_begin + it) * wps;
+    const int windows = G_total - gw0 < wps ? static_cast<int>(G_total - gw0) : wps;
+
+    // Zero the strip, then fill it.
+    __syncwarp();
+#pragma unroll
+    for (int i = 0; i < kStripBytes / (16 * 32); ++i)
+      *reinterpret_cast<uint4*>(strip + (i * 32 + lane) * 16) = make_uint4(0, 0, 0, 0);
+    __syncwarp();
+    expand_stage<T, LG>(a, strip, sb + g.val_off, reinterpret_cast<const uint8_t*>(sb + g.idx_off), windows, wm,
+                        lane);
+    __syncwarp();
+
+    const uint32_t xs = smem_u32(sb + g.x_off);
+#pragma unroll
+    for (int ks = 0; ks < kBK / 16; ++ks) {
+      uint32_t af[2][4];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int r = ks * 16 + a_row, c = 2 * i + a_chunk;
+        ldsm_x4_trans(af[i], strip_s + static_cast<uint32_t>(r * kStripRowBytes + (((c ^ (r >> 1)) & 3) << 4)));
+      }
+#pragma unroll
+      for (int jj = 0; jj < NJ / 2; ++jj) {
+        const int t = jj * 16 + b_tok, c = 2 * ks + b_chunk;
+        uint32_t bf[4];
+        ldsm_x4(bf, xs + static_cast<uint32_t>(t * 128 + ((c ^ (t & 7)) << 4)));
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          mma16816<T>(acc[i][2 * jj], af[i], bf[0], bf[1]);
+          mma16816<T>(acc[i][2 * jj + 1], af[i], bf[2], bf[3]);
+        }
+      }
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();
+
+  // Epilogue: [BT tokens][128 outputs] through shared memory, then coalesced 16-byte rows.
+  const int orow = lane >> 2, tcol = (lane & 3) * 2;
+  if (g.split == 1) {
+    constexpr int STR = kBM + 8;
+    T* st = reinterpret_cast<T*>(smem);
+    const T* bias = static_cast<const T*>(a.bias);
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int o = wm * 32 + i * 16 + orow + h * 8;
+        const float bv = (bias != nullptr && n0 + o < a.n) ? to_f32<T>(bias[n0 + o]) : 0.f;
+#pragma unroll
+        for (int j = 0; j < NJ; ++j) {
+          const int t = j * 8 + tcol;
+          st[t * STR + o] = from_f32<T>(acc[i][j][2 * h] + bv);
+          st[(t + 1) * STR + o] = from_f32<T>(acc[i][j][2 * h + 1] + bv);
+        }
+      }
+    __syncthreads();
+    T* y = static_cast<T*>(a.y);
+    for (int i = tid; i < BT * (kBM / 8); i += kThreads) {
+      const int t = i / (kBM / 8), c = i % (kBM / 8);
+      const int64_t tt = t0 + t, col = n0 + c * 8;
+      if (tt < a.m && col < a.n)
+        *reinterpret_cast<uint4*>(y + tt * a.n + col) = *reinterpret_cast<const uint4*>(st + t * STR + c * 8);
+    }
+  } else {
+    constexpr int STR = kBM + 4;
+    float* st = reinterpret_cast<float*>(smem);
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int o = wm * 32 + i * 16 + orow + h * 8;
+#pragma unroll
+        for (int j = 0; j < NJ; ++j) {
+          const int t = j * 8 + tcol;
+          st[t * STR + o] = acc[i][j][2 * h];
+          st[(t + 1) * STR + o] = acc[i][j][2 * h + 1];
+        }
+      }
+    __syncthreads();
+    float* part = a.part + static_cast<int64_t>(z) * a.m * a.n;
+    for (int i = tid; i < BT * (kBM / 4); i += kThreads) {
+      const int t = i / (kBM / 4), c = i % (kBM / 4);
+      const int64_t tt = t0 + t, col = n0 + c * 4;
+      if (tt < a.m && col < a.n)
+        *reinterpret_cast<float4*>(part + tt * a.n + col) = *reinterpret_cast<const float4*>(st + t * STR + c * 4);
+    }
+  }
+}
+
+template <typename T, int BT, int LG>
+cudaError_t launch_kernel(const Args& a, cudaStream_t stream) {
+  auto kern = expand_mma_kernel<T, BT, LG>;
+  cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, a.g.smem_bytes);
+  if (e != cudaSuccess) return e;
+  const dim3 grid(static_cast<unsigned>((a.n + kBM - 1) / kBM), static_cast<unsigned>((a.m + BT - 1) / BT),
+                  static_cast<unsigned>(a.g.split));
+  kern<<<grid, kThreads, a.g.smem_bytes, stream>>>(a);
+  return cudaGetLastError();
+}
+
+template <typename T, int BT>
+cudaError_t launch_tile(const Args& a, cudaStream_t stream) {
+  switch (a.L) {
+    case 1: return launch_kernel<T, BT, 1>(a, stream);
+    case 2: return launch_kernel<T, BT, 2>(a, stream);
+    case 4: return launch_kernel<T, BT, 4>(a, stream);
+    default: return launch_kernel<T, BT, 8>(a, stream);  // L = 8, 16, 32
+  }
+}
+
+// The plan's launch: the main kernel, then (split > 1) the reduction of the partials.
+template <typename T>
+cudaError_t run(const HalfSpmmParams& p, int bt, cudaStream_t stream) {
+  if (!shape_supported(p.n, p.k, p.N, p.M, p.L) || p.m < 1) return cudaErrorInvalidValue;
+  if (bt != 16 && bt != 64 && bt != 128) return cudaErrorInvalidValue;
+  if (p.ldx % 8 != 0 || reinterpret_cast<uintptr_t>(p.x) % 16 != 0 || reinterpret_cast<uintptr_t>(p.values) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(p.y) % 16 != 0 || reinterpret_cast<uintptr_t>(p.indices) % 4 != 0 ||
+      reinterpret_cast<uintptr_t>(p.scratch) % 16 != 0)
+    return cudaErrorMisalignedAddress;
+  Args a{};
+  a.g = make_geometry(p.n, p.k, p.N, p.M, p.L, bt, p.split_k, reinterpret_cast<uintptr_t>(p.indices) % 16 == 0);
+  if (a.g.split > 1 && (p.scratch == nullptr || p.scratch_bytes < scratch_bytes(p.m, p.n, a.g.split)))
+    return cudaErrorInvalidValue;
+  a.x = p.x;
+  a.ldx = p.ldx;
+  a.values = p.values;
+  a.indices = p.indices;
+  a.bias = p.bias;
+  a.y = p.y;
+  a.part = a.g.split > 1 ? static_cast<float*>(p.scratch) : nullptr;
+  a.m = p.m;
+  a.n = p.n;
+  a.k = p.k;
+  a.w = p.k / p.M * p.N;
+  a.q = p.n / p.L;
+  a.N = p.N;
+  a.M = p.M;
+  a.L = p.L;
+  cudaError_t e = bt == 16 ? launch_tile<T, 16>(a, stream)
+                  : bt == 64 ? launch_tile<T, 64>(a, stream)
+                             : launch_tile<T, 128>(a, stream);
+  if (e != cudaSuccess || a.g.split == 1) return e;
+  const int64_t chunks = p.m * (p.n / 8);
+  int64_t blocks = (chunks + 255) / 256;
+  if (blocks > 4096) blocks = 4096;
+  tc_prefill::reduce_kernel<T><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(
+      a.part, static_cast<const T*>(p.bias), static_cast<T*>(p.y), p.m, p.n, a.g.split);
+  return cudaGetLastError();
+}
+
+}  // namespace expand_mma
+}  // namespace kernels
+}  // namespace nmspmm
