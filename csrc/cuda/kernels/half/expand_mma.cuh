@@ -12,12 +12,13 @@
 //   multi-stage ring: x [BT tokens][64 inputs] (16-byte chunks XOR-swizzled by token & 7), the
 //   values [s][128 outputs] (s = 64 / M * N compressed rows) and the index bytes [s][128 / L].
 // * Expansion: a warp owns outputs 32w..32w+31 of the tile and their dense strip [64 inputs][32
-//   outputs] (chunks swizzled by (input >> 1) & 3), private to the warp, so it zeroes, fills and
-//   reads it between __syncwarp()s only. A lane takes a (window, group of G outputs) unit, G =
-//   min(L, 8) (2 at L = 1, each output its own positions) and walks its N slots: one store of G
-//   values per slot at the window row the index byte names. Index bytes are masked with M - 1, so
-//   no byte value addresses outside its window; a position repeated in unchecked index data adds
-//   its values, as in every other plan (docs/format.md).
+//   outputs] (80-byte rows), private to the warp, so it zeroes, fills and reads it between
+//   __syncwarp()s only. Lanes take compressed rows in parallel, 8 outputs each (one 16-byte load
+//   of values), and store min(L, 8) values per vector at the window row its index byte names.
+//   Index bytes are masked with M - 1, so no byte value addresses outside its window. Positions
+//   that do not ascend within a window (possible only in unchecked index data) send the warp's
+//   stage to a serial path in which a repeated position adds its values, as in every other plan
+//   (docs/format.md).
 // * Products: per 16 inputs, A (16 outputs x 16 inputs) by ldmatrix.x4.trans from the strip, B
 //   (16 inputs x 8 tokens) by ldmatrix.x4 from the x stage; a warp computes 32 outputs x BT tokens.
 // * Epilogue: accumulators (+ bias) staged through shared memory, coalesced 16-byte stores of y;
@@ -67,13 +68,14 @@ __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
                : "r"(addr));
 }
 
-// Byte offset of (dense row r, output o) in a warp's strip: 64-byte rows of four 16-byte chunks,
-// chunk index XOR (r >> 1) & 3, so the eight rows an ldmatrix reads fall in eight bank groups.
+// Byte offset of (dense row r, output o) in a warp's strip: rows of 80 bytes (32 outputs and 16
+// bytes of padding), so the eight 16-byte rows an ldmatrix reads fall in eight bank groups and a
+// store's address is one multiply-add.
 __device__ __forceinline__ uint32_t strip_offset(int r, int o) {
-  return static_cast<uint32_t>(r * kStripRowBytes + ((((o >> 3) ^ (r >> 1)) & 3) << 4) + (o & 7) * 2);
+  return static_cast<uint32_t>(r * kStripRowBytes + o * 2);
 }
 
-// G consecutive 16-bit values (G = 1, 2, 4, 8) as one register word group.
+// G consecutive 16-bit values (G = 1, 2, 4, 8) as one register group.
 template <int G>
 struct Pack;
 template <>
@@ -93,13 +95,54 @@ struct Pack<8> {
   uint4 v;
 };
 
-template <int G>
-__device__ __forceinline__ void lds(Pack<G>& p, const unsigned char* a) {
-  p.v = *reinterpret_cast<const decltype(p.v)*>(a);
+// Index bytes a lane reads per compressed row for its 8 outputs: one per vector (8 / LG of them).
+template <int LG>
+struct IdxBytes;
+template <>
+struct IdxBytes<1> {
+  using type = uint2;
+};
+template <>
+struct IdxBytes<2> {
+  using type = uint32_t;
+};
+template <>
+struct IdxBytes<4> {
+  using type = uint16_t;
+};
+template <>
+struct IdxBytes<8> {
+  using type = uint8_t;
+};
+
+// Whether every masked byte of b exceeds the one of a (bytes < 128): (b | 0x80) - a - 1 keeps bit 7
+// of each byte exactly where b > a, with no borrow between bytes.
+__device__ __forceinline__ bool bytes_ascend(uint32_t a, uint32_t b, uint32_t mask4, uint32_t live) {
+  const uint32_t d = ((b & mask4) | 0x80808080u) - (a & mask4) - 0x01010101u;
+  return (d & live) == live;
 }
-template <int G>
-__device__ __forceinline__ void sts(unsigned char* a, const Pack<G>& p) {
-  *reinterpret_cast<decltype(p.v)*>(a) = p.v;
+template <int LG>
+__device__ __forceinline__ bool index_bytes_ascend(typename IdxBytes<LG>::type a, typename IdxBytes<LG>::type b,
+                                                   uint32_t mask4) {
+  if constexpr (LG == 1) {
+    return bytes_ascend(a.x, b.x, mask4, 0x80808080u) && bytes_ascend(a.y, b.y, mask4, 0x80808080u);
+  } else if constexpr (LG == 2) {
+    return bytes_ascend(a, b, mask4, 0x80808080u);
+  } else if constexpr (LG == 4) {
+    return bytes_ascend(a, b, mask4, 0x00008080u);
+  } else {
+    return bytes_ascend(a, b, mask4, 0x00000080u);
+  }
+}
+
+// Byte j of the index group, as a word.
+template <int LG>
+__device__ __forceinline__ uint32_t index_byte(typename IdxBytes<LG>::type v, int j) {
+  if constexpr (LG == 1) {
+    return ((j < 4 ? v.x : v.y) >> (8 * (j & 3))) & 0xFFu;
+  } else {
+    return (static_cast<uint32_t>(v) >> (8 * j)) & 0xFFu;
+  }
 }
 
 // Adds G values to those stored at a (a position repeated in unchecked index data). Out of line,
@@ -117,54 +160,91 @@ __device__ __noinline__ void add_to(unsigned char* a, Pack<G> v) {
   }
 }
 
-// Expands one stage's compressed rows for this warp's 32 outputs into its (zeroed) strip.
-// LG = min(L, 8): outputs sharing one position per slot; a unit is G = max(LG, 2) outputs.
+// Expansion of one stage's compressed rows for a warp's 32 outputs into its zeroed strip.
+// Fast path: lane (sg = lane / 4, og = lane % 4) takes the rows r = sg, sg + 8, ... and outputs
+// 8 og .. 8 og + 7: one 16-byte load of values per row, one store of LG = min(L, 8) values per
+// vector (8 / LG of them). It also checks that each vector's positions ascend within every window
+// (what compress produces and validation requires); where any lane finds otherwise, the warp
+// re-zeroes its strip and takes the serial path, which adds the values of a repeated position.
 template <typename T, int LG>
 __device__ __forceinline__ void expand_stage(const Args& a, unsigned char* strip, const unsigned char* vals,
                                              const uint8_t* idx, int windows, int wm, int lane) {
-  constexpr int G = LG < 2 ? 2 : LG;
-  constexpr int P = G / LG;           // positions per unit per slot (2 at L = 1, else 1)
-  constexpr int UC = 32 / G;          // units per window
+  using Idx = typename IdxBytes<LG>::type;
+  constexpr int NV = 8 / LG;  // vectors (positions) per lane-row
   const int N = a.N, M = a.M, L = a.L;
   const int idx_row = a.g.idx_row;
-  const int units = windows * UC;
-  for (int u = lane; u < units; u += 32) {
+  const int rows = windows * N;
+  const uint32_t mask = static_cast<uint32_t>(M - 1), mask4 = mask * 0x01010101u;
+  const float inv_n = 1.0f / static_cast<float>(N);
+  const int og = lane & 3, sg = lane >> 2;
+  const int col = wm * 32 + og * 8;  // first output of the lane within the CTA's 128
+  const unsigned char* vbase = vals + col * 2;
+  const uint8_t* ibase = idx + col / L;
+  bool ordered = true;
+#pragma unroll 2
+  for (int r = sg; r < rows; r += 8) {
+    const int g = static_cast<int>((static_cast<float>(r) + 0.5f) * inv_n);  // r / N, exact for r < 2^16
+    const Pack<8> v{*reinterpret_cast<const uint4*>(vbase + r * (kBM * 2))};
+    const Idx iv = *reinterpret_cast<const Idx*>(ibase + r * idx_row);
+    if (r + 1 < (g + 1) * N)
+      ordered = ordered && index_bytes_ascend<LG>(iv, *reinterpret_cast<const Idx*>(ibase + (r + 1) * idx_row), mask4);
+    unsigned char* row0 = strip + og * 16 + g * M * kStripRowBytes;
+    const uint32_t* w = reinterpret_cast<const uint32_t*>(&v.v);
+#pragma unroll
+    for (int j = 0; j < NV; ++j) {
+      unsigned char* dst = row0 + (index_byte<LG>(iv, j) & mask) * kStripRowBytes + j * LG * 2;
+      if constexpr (LG == 1) {
+        *reinterpret_cast<uint16_t*>(dst) = static_cast<uint16_t>(w[j >> 1] >> (16 * (j & 1)));
+      } else if constexpr (LG == 2) {
+        *reinterpret_cast<uint32_t*>(dst) = w[j];
+      } else if constexpr (LG == 4) {
+        *reinterpret_cast<uint2*>(dst) = make_uint2(w[2 * j], w[2 * j + 1]);
+      } else {
+        *reinterpret_cast<uint4*>(dst) = v.v;
+      }
+    }
+  }
+  if (__all_sync(0xFFFFFFFFu, ordered)) return;
+
+  // Serial path: a lane owns (window, group of G outputs), G = max(LG, 2) (2 at L = 1, each output
+  // its own positions), and walks its N slots; a position seen before adds its values.
+  constexpr int G = LG < 2 ? 2 : LG;
+  constexpr int P = G / LG;
+  constexpr int UC = 32 / G;
+  __syncwarp();
+#pragma unroll
+  for (int i = 0; i < kStripBytes / (16 * 32); ++i)
+    *reinterpret_cast<uint4*>(strip + (i * 32 + lane) * 16) = make_uint4(0, 0, 0, 0);
+  __syncwarp();
+  for (int u = lane; u < windows * UC; u += 32) {
     const int g = u / UC, uc = u - g * UC;
-    const int o = uc * G;                       // first output of the unit within the strip
-    const int col = wm * 32 + o;                // ... within the CTA's 128
-    const unsigned char* vrow = vals + col * 2;
-    const uint8_t* irow = idx + col / L;
+    const int o = uc * G;
+    const int c = wm * 32 + o;
     uint64_t seen[P];
 #pragma unroll
     for (int p = 0; p < P; ++p) seen[p] = 0;
-#pragma unroll 4
     for (int s = 0; s < N; ++s) {
       const int r = g * N + s;
       Pack<G> v;
-      lds<G>(v, vrow + r * (kBM * 2));
-      if (P == 1) {
-        const int pos = irow[r * idx_row] & (M - 1);
-        const uint64_t bit = uint64_t{1} << pos;
-        unsigned char* dst = strip + strip_offset(g * M + pos, o);
-        if (seen[0] & bit)
-          add_to<T, G>(dst, v);
-        else
-          sts<G>(dst, v);
-        seen[0] |= bit;
-      } else {
-        const uint16_t two = *reinterpret_cast<const uint16_t*>(irow + r * idx_row);
-        const uint16_t* e = reinterpret_cast<const uint16_t*>(&v.v);
+      v.v = *reinterpret_cast<const decltype(v.v)*>(vals + c * 2 + r * (kBM * 2));
 #pragma unroll
-        for (int p = 0; p < P; ++p) {
-          const int pos = (two >> (8 * p)) & (M - 1);
-          const uint64_t bit = uint64_t{1} << pos;
-          unsigned char* dst = strip + strip_offset(g * M + pos, o + p);
+      for (int p = 0; p < P; ++p) {
+        const int pos = idx[r * idx_row + (c + p) / L] & (M - 1);
+        const uint64_t bit = uint64_t{1} << pos;
+        unsigned char* dst = strip + strip_offset(g * M + pos, o + p);
+        if (P == 1) {
           if (seen[p] & bit)
-            add_to<T, 1>(dst, Pack<1>{e[p]});
+            add_to<T, G>(dst, v);
           else
-            *reinterpret_cast<uint16_t*>(dst) = e[p];
-          seen[p] |= bit;
+            *reinterpret_cast<decltype(v.v)*>(dst) = v.v;
+        } else {
+          const uint16_t e = reinterpret_cast<const uint16_t*>(&v.v)[p];
+          if (seen[p] & bit)
+            add_to<T, 1>(dst, Pack<1>{e});
+          else
+            *reinterpret_cast<uint16_t*>(dst) = e;
         }
+        seen[p] |= bit;
       }
     }
   }
@@ -271,7 +351,7 @@ __global__ void __launch_bounds__(kThreads) expand_mma_kernel(const Args a) {
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int r = ks * 16 + a_row, c = 2 * i + a_chunk;
-        ldsm_x4_trans(af[i], strip_s + static_cast<uint32_t>(r * kStripRowBytes + (((c ^ (r >> 1)) & 3) << 4)));
+        ldsm_x4_trans(af[i], strip_s + static_cast<uint32_t>(r * kStripRowBytes + c * 16));
       }
 #pragma unroll
       for (int jj = 0; jj < NJ / 2; ++jj) {

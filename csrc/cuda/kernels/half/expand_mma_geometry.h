@@ -11,7 +11,7 @@ namespace expand_mma {
 constexpr int kBM = 128;                      // outputs per CTA
 constexpr int kBK = 64;                       // dense inputs per stage
 constexpr int kThreads = 128;                 // 4 warps of 32 outputs
-constexpr int kStripRowBytes = 32 * 2;        // one input of a warp's dense strip
+constexpr int kStripRowBytes = 32 * 2 + 16;   // one input of a warp's dense strip (padded)
 constexpr int kStripBytes = kBK * kStripRowBytes;
 constexpr int kSmemBudget = 113 * 1024;       // two CTAs per SM on sm_90 (227 KiB)
 constexpr int kMaxL = 32;                     // index bytes per compressed row of a CTA: 128 / L >= 4
