@@ -157,6 +157,10 @@ def main():
     cublas_cache = {}
     weight_key, weight = None, None
     t_start = time.time()
+    if args.patterns and not os.path.exists(args.out):
+        # A re-sweep of some patterns replaces their rows in the full table; without it the written
+        # table would hold those patterns only.
+        sys.exit(f"--patterns re-sweeps in place: --out {args.out} must hold the full table")
     all_cells = list(cells(args.quick, patterns))
     for i, (dt, N, M, L, m, n, k) in enumerate(all_cells):
         dtype = DTYPES[dt]

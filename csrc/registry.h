@@ -214,13 +214,14 @@ constexpr KernelInfo kKernelTable[] = {
     {Kernel::kDecodeSparseTcF16_64, "decode_sparse_tc_f16_64", Family::kDecodeSparseTc, DType::kF16, 0, 64, 8, 64, 1, 4, 64, 90, false, false, false, kMaxDecodeCluster},
     {Kernel::kDecodeSparseTcF16_256, "decode_sparse_tc_f16_256", Family::kDecodeSparseTc, DType::kF16, 0, 256, 8, 256, 1, 4, 64, 90, false, false, false, kMaxDecodeCluster},
     // The fused expansion (kernels/half/expand_mma.cuh): blocks of tile_m tokens x 128 outputs, 4
-    // warps; any N:M with L <= 32 (kernel_supports), k split over the grid (fp32 partials).
-    {Kernel::kExpandMmaBF16_16x128, "expand_mma_bf16_16x128", Family::kExpandMma, DType::kBF16, 16, 128, 4, 0, 1, 64, 0, 80, false, false, false, kMaxExpandMmaSplit},
-    {Kernel::kExpandMmaBF16_64x128, "expand_mma_bf16_64x128", Family::kExpandMma, DType::kBF16, 64, 128, 4, 0, 1, 64, 0, 80, false, false, false, kMaxExpandMmaSplit},
-    {Kernel::kExpandMmaBF16_128x128, "expand_mma_bf16_128x128", Family::kExpandMma, DType::kBF16, 128, 128, 4, 0, 1, 64, 0, 80, false, false, false, kMaxExpandMmaSplit},
-    {Kernel::kExpandMmaF16_16x128, "expand_mma_f16_16x128", Family::kExpandMma, DType::kF16, 16, 128, 4, 0, 1, 64, 0, 80, false, false, false, kMaxExpandMmaSplit},
-    {Kernel::kExpandMmaF16_64x128, "expand_mma_f16_64x128", Family::kExpandMma, DType::kF16, 64, 128, 4, 0, 1, 64, 0, 80, false, false, false, kMaxExpandMmaSplit},
-    {Kernel::kExpandMmaF16_128x128, "expand_mma_f16_128x128", Family::kExpandMma, DType::kF16, 128, 128, 4, 0, 1, 64, 0, 80, false, false, false, kMaxExpandMmaSplit},
+    // warps; any N:M with L <= 32 (kernel_supports), k split over the grid (fp32 partials); m up to
+    // 65535 token tiles (grid y).
+    {Kernel::kExpandMmaBF16_16x128, "expand_mma_bf16_16x128", Family::kExpandMma, DType::kBF16, 16, 128, 4, 0, 1, 64, 65535 * 16, 80, false, false, false, kMaxExpandMmaSplit},
+    {Kernel::kExpandMmaBF16_64x128, "expand_mma_bf16_64x128", Family::kExpandMma, DType::kBF16, 64, 128, 4, 0, 1, 64, 65535 * 64, 80, false, false, false, kMaxExpandMmaSplit},
+    {Kernel::kExpandMmaBF16_128x128, "expand_mma_bf16_128x128", Family::kExpandMma, DType::kBF16, 128, 128, 4, 0, 1, 64, 65535 * 128, 80, false, false, false, kMaxExpandMmaSplit},
+    {Kernel::kExpandMmaF16_16x128, "expand_mma_f16_16x128", Family::kExpandMma, DType::kF16, 16, 128, 4, 0, 1, 64, 65535 * 16, 80, false, false, false, kMaxExpandMmaSplit},
+    {Kernel::kExpandMmaF16_64x128, "expand_mma_f16_64x128", Family::kExpandMma, DType::kF16, 64, 128, 4, 0, 1, 64, 65535 * 64, 80, false, false, false, kMaxExpandMmaSplit},
+    {Kernel::kExpandMmaF16_128x128, "expand_mma_f16_128x128", Family::kExpandMma, DType::kF16, 128, 128, 4, 0, 1, 64, 65535 * 128, 80, false, false, false, kMaxExpandMmaSplit},
 };
 constexpr int kNumKernels = static_cast<int>(Kernel::kCount);
 static_assert(sizeof(kKernelTable) / sizeof(kKernelTable[0]) == kNumKernels, "one kKernelTable row per Kernel");
