@@ -221,6 +221,20 @@ def assert_close_to_ref(y, ref, scale, rtol, atol_rel, rel_norm=None):
             assert rel < rel_norm, f"relative error {rel:.3g} >= {rel_norm:g}"
 
 
+def assert_within_twice_linear(y, x, values, indices, N, M, L, bias=None):
+    """The flash-attention accuracy rule for a 16-bit SpMM output y: its largest error against the
+    fp64 reference is at most twice that of F.linear in the same dtype on the same inputs and the
+    same (decompressed) weight, plus 2^-12 of the output scale |x| @ |W|^T."""
+    ref, scale = ref_spmm64(x, values, indices, N, M, L, bias)
+    assert y.dtype == x.dtype and y.shape == ref.shape
+    assert torch.isfinite(y).all(), "output has NaN/Inf"
+    lin = torch.nn.functional.linear(x, ref_decompress(values, indices, N, M, L), bias)
+    err = (y.double() - ref).abs().max().item() if y.numel() else 0.0
+    err_lin = (lin.double() - ref).abs().max().item() if y.numel() else 0.0
+    floor = 2.0 ** -12 * scale
+    assert err <= 2 * err_lin + floor, f"error {err:.3e} > 2 x F.linear's {err_lin:.3e} + {floor:.3e}"
+
+
 @pytest.fixture
 def nm():
     """The helpers above, for tests: nm.random_packed(...), nm.ref_decompress(...), ..."""
@@ -228,4 +242,5 @@ def nm():
         random_indices=random_indices, random_packed=random_packed, ref_columns=ref_columns,
         ref_decompress=ref_decompress, ref_decompress_loops=ref_decompress_loops,
         ref_spmm64=ref_spmm64, assert_close_to_ref=assert_close_to_ref, ref_prune=ref_prune,
+        assert_within_twice_linear=assert_within_twice_linear,
         ref_pruned_dense64=ref_pruned_dense64, ref_linear64=ref_linear64, CUDA_OK=CUDA_OK)

@@ -25,16 +25,7 @@ HALF = [torch.float16, torch.bfloat16]
 
 
 def _check(x, values, indices, N, M, L, bias, nm):
-    y = ops.spmm(x, values, indices, N, M, L, bias)
-    ref, scale = nm.ref_spmm64(x, values, indices, N, M, L, bias)
-    assert y.dtype == x.dtype and y.shape == ref.shape
-    assert torch.isfinite(y).all(), "output has NaN/Inf"
-    dense = nm.ref_decompress(values, indices, N, M, L)
-    lin = F.linear(x, dense, bias)
-    err = (y.double() - ref).abs().max().item() if y.numel() else 0.0
-    err_lin = (lin.double() - ref).abs().max().item() if y.numel() else 0.0
-    floor = 2.0 ** -12 * scale
-    assert err <= 2 * err_lin + floor, f"error {err:.3e} > 2 x F.linear's {err_lin:.3e} + {floor:.3e}"
+    nm.assert_within_twice_linear(ops.spmm(x, values, indices, N, M, L, bias), x, values, indices, N, M, L, bias)
 
 
 PATTERNS = [(N, M, L) for M in (8, 16, 32, 64) for L in (16, 32, 64, 128)
