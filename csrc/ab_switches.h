@@ -18,8 +18,6 @@
 //                              default 64, their whole range), the rest the prefill plans: moves
 //                              the crossover for benchmarks/bench_decode_half.py (a path switch, so
 //                              results change within their tolerances, not bit for bit).
-//   NMSPMM_EXPAND_AHEAD=1      the fused-expansion kernels expand stage s + 1 while the products of
-//                              stage s run (two strips per warp); same results bit for bit;
 //   NMSPMM_CSR_WARP_ROW_MAX_M=v unstructured CSR products with m <= v run csr_spmm_warp_row, the
 //                              rest csr_spmm_xt_gather (default 8; a path switch like the one above).
 // Torch-free and CUDA-free.
@@ -36,7 +34,6 @@ struct AbSwitches {
   bool tc_tma = true;
   int half_decode_max_m = 64;
   long csr_warp_row_max_m = 8;
-  bool expand_ahead = false;
 };
 
 inline const AbSwitches& ab_switches() {
@@ -51,7 +48,6 @@ inline const AbSwitches& ab_switches() {
     a.xt_overlap = !off("NMSPMM_NO_XT_OVERLAP");
     a.bulk_store = !off("NMSPMM_NO_BULK_STORE");
     a.tc_tma = !off("NMSPMM_NO_TC_TMA");
-    a.expand_ahead = off("NMSPMM_EXPAND_AHEAD");
     if (const char* e = std::getenv("NMSPMM_HALF_DECODE_MAX_M"); e != nullptr && e[0] != '\0') {
       const long v = std::strtol(e, nullptr, 10);
       a.half_decode_max_m = v < 0 ? 0 : v > 64 ? 64 : static_cast<int>(v);

@@ -111,23 +111,3 @@ def test_refuses_unsupported_shapes(dtype, nm):
     with pytest.raises(RuntimeError, match=r"kernel expand_mma_\w+ needs L <= 32, in_features a multiple of 8 and "
                                            r"out_features a multiple of 8 and of 4 \* L"):
         ops.spmm_with_plan(x, values, indices, N, M, L, None, None, None, _kernel(dtype, 16), 1)
-
-
-@pytest.mark.parametrize("dtype", HALF, ids=str)
-def test_expansion_ahead_bitwise_equals_in_order(dtype, nm, tmp_path):
-    # NMSPMM_EXPAND_AHEAD=1 expands stage s + 1 while the products of stage s run (two strips per
-    # warp); the products and their order are the same, so the bits agree: every tile, L = 1 and 8,
-    # k ending inside a stage, splits 1 and 3.
-    from test_half_kernels import _plans_in_child
-    kname = "bf16" if dtype == torch.bfloat16 else "f16"
-    for N, M, L in ((16, 32, 1), (5, 8, 8)):
-        out, inp = 384, 32 * 13
-        values, indices = nm.random_packed(out, inp, N, M, L, dtype, "cuda")
-        bias = torch.randn(out, device="cuda").to(dtype)
-        x = torch.randn(150, inp, device="cuda").to(dtype)
-        plans = [(f"expand_mma_{kname}_{t}x128", s) for t in TILES for s in (1, 3)]
-        here = _plans_in_child(tmp_path, x, values, indices, (N, M, L), bias, plans)
-        there = _plans_in_child(tmp_path, x, values, indices, (N, M, L), bias, plans, NMSPMM_EXPAND_AHEAD="1")
-        for (k, s), a, b in zip(plans, here, there):
-            assert torch.equal(a, b), f"{N}:{M} L={L} {k} split_k={s}: the two expansion orders differ"
-            nm.assert_within_twice_linear(a.to(x.device), x, values, indices, N, M, L, bias)

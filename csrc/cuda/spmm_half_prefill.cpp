@@ -117,7 +117,7 @@ at::Tensor spmm_half_expand_mma(const at::Tensor& x2, const at::Tensor& values, 
     p.scratch_bytes = static_cast<size_t>(scratch.numel());
   }
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  cudaError_t err = kernels::launch_expand_mma(p, tile_tokens, ab_switches().expand_ahead, stream);
+  cudaError_t err = kernels::launch_expand_mma(p, tile_tokens, stream);
   TORCH_CHECK(err == cudaSuccess, "nmspmm.spmm: kernel ", kernel_name, " (split_k=", split_k, ") failed for m=", m,
               " n=", out, " k=", in, ": ", cudaGetErrorString(err));
   err = kernels::launch_regather_non_finite_rows(p, out, stream);

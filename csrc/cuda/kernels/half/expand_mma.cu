@@ -5,13 +5,13 @@
 namespace nmspmm {
 namespace kernels {
 namespace expand_mma {
-extern template cudaError_t run<__nv_bfloat16>(const HalfSpmmParams&, int, bool, cudaStream_t);
-extern template cudaError_t run<__half>(const HalfSpmmParams&, int, bool, cudaStream_t);
+extern template cudaError_t run<__nv_bfloat16>(const HalfSpmmParams&, int, cudaStream_t);
+extern template cudaError_t run<__half>(const HalfSpmmParams&, int, cudaStream_t);
 }  // namespace expand_mma
 
-cudaError_t launch_expand_mma(const HalfSpmmParams& p, int tile_tokens, bool ahead, cudaStream_t stream) {
-  return p.dtype == HalfType::kBF16 ? expand_mma::run<__nv_bfloat16>(p, tile_tokens, ahead, stream)
-                                    : expand_mma::run<__half>(p, tile_tokens, ahead, stream);
+cudaError_t launch_expand_mma(const HalfSpmmParams& p, int tile_tokens, cudaStream_t stream) {
+  return p.dtype == HalfType::kBF16 ? expand_mma::run<__nv_bfloat16>(p, tile_tokens, stream)
+                                    : expand_mma::run<__half>(p, tile_tokens, stream);
 }
 
 }  // namespace kernels

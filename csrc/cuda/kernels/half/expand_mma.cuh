@@ -257,10 +257,7 @@ __device__ __forceinline__ void expand_stage(const Args& a, unsigned char* strip
   }
 }
 
-// AHEAD: each warp expands stage s + 1 into a second strip right after issuing the products of
-// stage s (two strips per warp, a ring of at least 3 stages), so the expansion's instructions issue
-// while the tensor cores work; else expansion and products of a stage follow one another.
-template <typename T, int BT, int LG, bool AHEAD>
+template <typename T, int BT, int LG>
 __global__ void __launch_bounds__(kThreads) expand_mma_kernel(const Args a) {
   constexpr int NJ = BT / 8;  // n8 token tiles per warp
   extern __shared__ __align__(1024) unsigned char smem[];
@@ -276,8 +273,6 @@ __global__ void __launch_bounds__(kThreads) expand_mma_kernel(const Args a) {
   const int wps = kBK / a.M;          // windows per stage
   const T* x = static_cast<const T*>(a.x);
   const T* values = static_cast<const T*>(a.values);
-  // The warp's strip (and, AHEAD, its second strip kWarpStripStride bytes on, after every warp's first).
-  constexpr int kWarpStripStride = kThreads / 32 * kStripBytes;
   unsigned char* strip = smem + g.strips_off + wm * kStripBytes;
   const uint32_t strip_s = smem_u32(strip);
 
@@ -356,23 +351,28 @@ __global__ void __launch_bounds__(kThreads) expand_mma_kernel(const Args a) {
   const int b_tok = (mi >> 1) * 8 + rr;  // + 16 * jj
   const int b_chunk = mi & 1;            // + 2 * ks
 
-  auto slot = [&](int b) { return smem + b * g.stage_bytes; };
-  auto next_slot = [&](int b) { return b + 1 == g.stages ? 0 : b + 1; };
-  // Zero a strip, then expand stage it (ring slot sb) into it.
-  auto expand_to = [&](unsigned char* sp, const unsigned char* sb, int it) {
+  for (int it = 0; it < nloc; ++it) {
+    wait_pending(g.stages - 2);
+    __syncthreads();
+    if (it + g.stages - 1 < nloc) issue_stage(buf_next);
+    cp_async_commit();
+    buf_next = buf_next + 1 == g.stages ? 0 : buf_next + 1;
+
+    const unsigned char* sb = smem + buf * g.stage_bytes;
+    buf = buf + 1 == g.stages ? 0 : buf + 1;
     const int64_t gw0 = static_cast<int64_t>(st_begin + it) * wps;
     const int windows = G_total - gw0 < wps ? static_cast<int>(G_total - gw0) : wps;
+
+    // Zero the strip, then fill it.
     __syncwarp();
 #pragma unroll
     for (int i = 0; i < kStripBytes / (16 * 32); ++i)
-      *reinterpret_cast<uint4*>(sp + (i * 32 + lane) * 16) = make_uint4(0, 0, 0, 0);
+      *reinterpret_cast<uint4*>(strip + (i * 32 + lane) * 16) = make_uint4(0, 0, 0, 0);
     __syncwarp();
-    expand_stage<T, LG>(a, sp, sb + g.val_off, reinterpret_cast<const uint8_t*>(sb + g.idx_off), windows, wm, lane,
-                        el);
+    expand_stage<T, LG>(a, strip, sb + g.val_off, reinterpret_cast<const uint8_t*>(sb + g.idx_off), windows, wm,
+                        lane, el);
     __syncwarp();
-  };
-  // The products of a stage: its expanded strip (A) and its x slab in ring slot sb (B).
-  auto products = [&](uint32_t sp_s, const unsigned char* sb) {
+
     const uint32_t xs = smem_u32(sb + g.x_off);
 #pragma unroll
     for (int ks = 0; ks < kBK / 16; ++ks) {
@@ -380,7 +380,7 @@ __global__ void __launch_bounds__(kThreads) expand_mma_kernel(const Args a) {
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int r = ks * 16 + a_row, c = 2 * i + a_chunk;
-        ldsm_x4_trans(af[i], sp_s + static_cast<uint32_t>(r * kStripRowBytes + c * 16));
+        ldsm_x4_trans(af[i], strip_s + static_cast<uint32_t>(r * kStripRowBytes + c * 16));
       }
 #pragma unroll
       for (int jj = 0; jj < NJ / 2; ++jj) {
@@ -393,39 +393,6 @@ __global__ void __launch_bounds__(kThreads) expand_mma_kernel(const Args a) {
           mma16816<T>(acc[i][2 * jj + 1], af[i], bf[2], bf[3]);
         }
       }
-    }
-  };
-
-  if constexpr (!AHEAD) {
-    for (int it = 0; it < nloc; ++it) {
-      wait_pending(g.stages - 2);  // stage it has landed
-      __syncthreads();             // ... for every thread, and every warp is done with slot buf_next
-      if (it + g.stages - 1 < nloc) issue_stage(buf_next);
-      cp_async_commit();
-      buf_next = next_slot(buf_next);
-      const unsigned char* sb = slot(buf);
-      buf = next_slot(buf);
-      expand_to(strip, sb, it);
-      products(strip_s, sb);
-    }
-  } else {
-    // Strip (it & 1) holds stage it. The ring slot of stage it + stages - 1 held stage it - 1,
-    // whose compressed rows were expanded at it - 2 and whose x slab was read at it - 1.
-    if (nloc > 0) {
-      wait_pending(g.stages - 2);  // stage 0
-      __syncthreads();
-      expand_to(strip, slot(0), 0);
-    }
-    for (int it = 0; it < nloc; ++it) {
-      wait_pending(g.stages - 3);  // stage it + 1 has landed
-      __syncthreads();
-      if (it + g.stages - 1 < nloc) issue_stage(buf_next);
-      cp_async_commit();
-      buf_next = next_slot(buf_next);
-      const unsigned char* sb = slot(buf);
-      buf = next_slot(buf);
-      products(strip_s + static_cast<uint32_t>((it & 1) * kWarpStripStride), sb);
-      if (it + 1 < nloc) expand_to(strip + ((it + 1) & 1) * kWarpStripStride, slot(buf), it + 1);
     }
   }
   cp_async_wait<0>();
@@ -486,7 +453,7 @@ __global__ void __launch_bounds__(kThreads) expand_mma_kernel(const Args a) {
 
 template <typename T, int BT, int LG>
 cudaError_t launch_kernel(const Args& a, cudaStream_t stream) {
-  auto kern = a.g.ahead ? expand_mma_kernel<T, BT, LG, true> : expand_mma_kernel<T, BT, LG, false>;
+  auto kern = expand_mma_kernel<T, BT, LG>;
   cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, a.g.smem_bytes);
   if (e != cudaSuccess) return e;
   const dim3 grid(static_cast<unsigned>((a.n + kBM - 1) / kBM), static_cast<unsigned>((a.m + BT - 1) / BT),
@@ -507,7 +474,7 @@ cudaError_t launch_tile(const Args& a, cudaStream_t stream) {
 
 // The plan's launch: the main kernel, then (split > 1) the reduction of the partials.
 template <typename T>
-cudaError_t run(const HalfSpmmParams& p, int bt, bool ahead, cudaStream_t stream) {
+cudaError_t run(const HalfSpmmParams& p, int bt, cudaStream_t stream) {
   if (!shape_supported(p.n, p.k, p.N, p.M, p.L) || p.m < 1) return cudaErrorInvalidValue;
   if (bt != 16 && bt != 64 && bt != 128) return cudaErrorInvalidValue;
   if (p.ldx % 8 != 0 || reinterpret_cast<uintptr_t>(p.x) % 16 != 0 || reinterpret_cast<uintptr_t>(p.values) % 16 != 0 ||
@@ -515,7 +482,7 @@ cudaError_t run(const HalfSpmmParams& p, int bt, bool ahead, cudaStream_t stream
       reinterpret_cast<uintptr_t>(p.scratch) % 16 != 0)
     return cudaErrorMisalignedAddress;
   Args a{};
-  a.g = make_geometry(p.n, p.k, p.N, p.M, p.L, bt, p.split_k, reinterpret_cast<uintptr_t>(p.indices) % 16 == 0, ahead);
+  a.g = make_geometry(p.n, p.k, p.N, p.M, p.L, bt, p.split_k, reinterpret_cast<uintptr_t>(p.indices) % 16 == 0);
   if (a.g.split > 1 && (p.scratch == nullptr || p.scratch_bytes < scratch_bytes(p.m, p.n, a.g.split)))
     return cudaErrorInvalidValue;
   a.x = p.x;

@@ -4,7 +4,7 @@
 namespace nmspmm {
 namespace kernels {
 namespace expand_mma {
-template cudaError_t run<__nv_bfloat16>(const HalfSpmmParams&, int, bool, cudaStream_t);
+template cudaError_t run<__nv_bfloat16>(const HalfSpmmParams&, int, cudaStream_t);
 }  // namespace expand_mma
 }  // namespace kernels
 }  // namespace nmspmm

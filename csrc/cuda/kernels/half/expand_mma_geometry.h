@@ -23,7 +23,6 @@ struct Geometry {
   int x_off, val_off, idx_off, stage_bytes;
   int strips_off;   // the four warps' strips, after the ring
   int stages, nst, split, smem_bytes;
-  bool ahead;       // expansion one stage ahead of the products (two strips per warp, >= 3 stages)
 };
 
 // Shapes the kernel takes: M a power of two in [2, 64], 1 <= N <= M, L a power of two <= 32;
@@ -41,7 +40,7 @@ inline int round_up_i(int v, int a) { return (v + a - 1) / a * a; }
 // bt: tokens per CTA (16, 64, 128); split_k: the plan's split (clamped to the stages);
 // idx_aligned16: the index pointer is 16-byte aligned.
 inline Geometry make_geometry(int64_t n, int64_t k, int64_t N, int64_t M, int64_t L, int bt, int split_k,
-                              bool idx_aligned16, bool ahead = false) {
+                              bool idx_aligned16) {
   Geometry g{};
   g.slots = static_cast<int>(kBK / M * N);
   g.idx_row = static_cast<int>(kBM / L);
@@ -51,17 +50,14 @@ inline Geometry make_geometry(int64_t n, int64_t k, int64_t N, int64_t M, int64_
   g.val_off = bt * kBK * 2;
   g.idx_off = g.val_off + g.slots * kBM * 2;
   g.stage_bytes = round_up_i(g.idx_off + round_up_i(g.slots * g.idx_row, 16), 128);
-  g.ahead = ahead;
-  const int strips = (ahead ? 2 : 1) * 4 * kStripBytes;
-  const int min_stages = ahead ? 3 : 2;
-  int stages = (kSmemBudget - strips) / g.stage_bytes;
-  g.stages = stages < min_stages ? min_stages : stages > 4 ? 4 : stages;
+  int stages = (kSmemBudget - 4 * kStripBytes) / g.stage_bytes;
+  g.stages = stages < 2 ? 2 : stages > 4 ? 4 : stages;
   g.strips_off = g.stages * g.stage_bytes;
   g.nst = static_cast<int>((k + kBK - 1) / kBK);
   g.split = split_k < 1 ? 1 : split_k;
   if (g.split > g.nst) g.split = g.nst;
   const int epi = g.split == 1 ? bt * (kBM + 8) * 2 : bt * (kBM + 4) * 4;
-  g.smem_bytes = g.strips_off + strips;
+  g.smem_bytes = g.strips_off + 4 * kStripBytes;
   if (epi > g.smem_bytes) g.smem_bytes = epi;
   return g;
 }

@@ -54,8 +54,7 @@ cudaError_t launch_regather_non_finite_rows(const HalfSpmmParams& p, int64_t ldy
 // expanded per warp in shared memory and multiplied on the dense tensor cores, blocks of 128
 // outputs x tile_tokens (16, 64 or 128) tokens, k split p.split_k ways (fp32 partials in p.scratch,
 // expand_mma::scratch_bytes). Shapes: expand_mma::shape_supported (expand_mma_geometry.h).
-// ahead: the expansion one stage ahead of the products (two strips per warp).
-cudaError_t launch_expand_mma(const HalfSpmmParams& p, int tile_tokens, bool ahead, cudaStream_t stream);
+cudaError_t launch_expand_mma(const HalfSpmmParams& p, int tile_tokens, cudaStream_t stream);
 
 // Decode kernels (small m): stream the compressed weight. `config` selects a variant.
 size_t half_decode_scratch_bytes(const HalfSpmmParams& p, int config);
