@@ -333,10 +333,11 @@ inline double dense_gemm_us(int64_t m, int64_t n, int64_t k, int64_t elem) {
 }
 
 // dense_expand_*: the expansion reads the compressed weight and writes the dense one at an
-// effective 2.0 TB/s (with the 16:32 L = 32 bytes this is the fitted 1.32 TB/s of dense bytes the
-// gathered-kernel comparison used, 43 us at 4096^2 with the launch), then cuBLAS (dense_gemm_us),
-// and three launches (expansion, GEMM, the non-finite row check) in kDenseExpandFixedUs.
-constexpr double kExpandBytesPerUs = 2.0e6;
+// effective 2.4 TB/s, then cuBLAS (dense_gemm_us), and three launches (expansion, GEMM, the
+// non-finite row check) in kDenseExpandFixedUs. Fitted on an H200 (bf16 and fp32; 16:32, 8:32, 4:32,
+// 2:4 x L = 1, 8 x the six Llama layers x m = 64, 256, 1024): estimate / measured median 1.03 (bf16)
+// and 1.01 (fp32).
+constexpr double kExpandBytesPerUs = 2.4e6;
 constexpr double kDenseExpandFixedUs = 7.5;
 inline double dense_expand_cost_us(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, int64_t L, int64_t elem) {
   const double dense = static_cast<double>(n) * static_cast<double>(k) * static_cast<double>(elem);
@@ -525,12 +526,12 @@ inline double sparse_tc_cost_us(int tile, int64_t m, int64_t n, int64_t k, int s
 
 // expand_mma_*: a block's stages run one after another, each costing a fixed part (copies,
 // barriers, the strip's zeroing and the products' latency), the expansion of its compressed rows
-// and the products of its token tile; co-resident blocks overlap partly (c blocks per SM run c^0.35
+// and the products of its token tile; co-resident blocks overlap partly (c blocks per SM run c^0.46
 // times one block's time, for c up to what registers and shared memory hold). Then the launches
 // (kernel and non-finite row check), the split's reduction, and the compressed bytes at HBM rate as
 // a floor. Fitted on an H200 (bf16; 16:32, 8:32, 4:32 x L = 1, 4, 16 x the six Llama layers x m = 1
-// to 4096, every token tile and split): estimate / measured median 1.03 (10-90%: 0.91-1.20); the
-// cheapest estimated plan is 4% above the best measured one on geomean (worst 1.43x).
+// to 4096, every token tile and split): estimate / measured median 1.02 (10-90%: 0.88-1.15); the
+// cheapest estimated plan is 4% above the best measured one on geomean (worst 1.29x).
 struct ExpandMmaCost {
   double fixed_us;       // launches
   double stage_us;       // per stage
@@ -540,10 +541,10 @@ struct ExpandMmaCost {
   double overlap_exp;    // c co-resident blocks per SM run c^(1 - overlap_exp) one block's time
   double reduce_bytes_per_us;
 };
-constexpr ExpandMmaCost kExpandMmaCost{4.0, 1.25, 0.034, 0.019, 0.17, 0.62, 0.65, 2.5e6};
+constexpr ExpandMmaCost kExpandMmaCost{3.1, 0.73, 0.039, 0.019, 0.14, 0.42, 0.54, 2.5e6};
 // Registers per thread of the three token tiles (ptxas, sm_90a): blocks per SM by registers.
 inline int expand_mma_blocks_by_registers(int tile) {
-  const int regs = tile <= 16 ? 80 : tile <= 64 ? 168 : 230;
+  const int regs = tile <= 16 ? 96 : tile <= 64 ? 168 : 242;
   return 65536 / (kernels::expand_mma::kThreads * regs);
 }
 inline double expand_mma_cost_us(int tile, int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, int64_t L,
