@@ -526,22 +526,23 @@ inline double sparse_tc_cost_us(int tile, int64_t m, int64_t n, int64_t k, int s
 
 // expand_mma_*: a block's stages run one after another, each costing a fixed part (copies,
 // barriers, the strip's zeroing and the products' latency), the expansion of its compressed rows
-// and the products of its token tile; co-resident blocks overlap partly (c blocks per SM run c^0.46
-// times one block's time, for c up to what registers and shared memory hold). Then the launches
-// (kernel and non-finite row check), the split's reduction, and the compressed bytes at HBM rate as
-// a floor. Fitted on an H200 (bf16; 16:32, 8:32, 4:32 x L = 1, 4, 16 x the six Llama layers x m = 1
-// to 4096, every token tile and split): estimate / measured median 1.02 (10-90%: 0.88-1.15); the
-// cheapest estimated plan is 4% above the best measured one on geomean (worst 1.29x).
+// (a part per row and a part per store: a lane stores 8 / min(L, 8) vectors of a row) and the
+// products of its token tile; co-resident blocks overlap partly (c blocks per SM run c^0.54 times
+// one block's time, for c up to what registers and shared memory hold). Then two launches (kernel
+// and non-finite row check), the split's reduction, and the compressed bytes at HBM rate as a floor.
+// Fitted on an H200 (bf16; 16:32, 8:32, 4:32 x L = 1, 4, 16 x the six Llama layers x m = 1 to 4096,
+// every token tile and split): estimate / measured median 1.02 (10-90%: 0.87-1.12); the cheapest
+// estimated plan with a split of at most 16 is 3% above the best measured one on geomean.
 struct ExpandMmaCost {
   double fixed_us;       // launches
   double stage_us;       // per stage
-  double row_us_l1;      // per compressed row of a stage at L = 1 (each output its own positions)
-  double row_us;         // per compressed row at L > 1
+  double row_us;         // per compressed row of a stage
+  double store_us;       // per compressed row and store of a lane's 8 outputs (8 / min(L, 8) of them)
   double tile64_us, tile128_us;  // the products of a 64- / 128-token tile, per stage (16: none)
   double overlap_exp;    // c co-resident blocks per SM run c^(1 - overlap_exp) one block's time
   double reduce_bytes_per_us;
 };
-constexpr ExpandMmaCost kExpandMmaCost{3.1, 0.73, 0.039, 0.019, 0.14, 0.42, 0.54, 2.5e6};
+constexpr ExpandMmaCost kExpandMmaCost{2 * kLaunchUs, 0.62, 0.0143, 0.0032, 0.225, 0.547, 0.463, 4.37e6};
 // Registers per thread of the three token tiles (ptxas, sm_90a): blocks per SM by registers.
 inline int expand_mma_blocks_by_registers(int tile) {
   const int regs = tile <= 16 ? 96 : tile <= 64 ? 168 : 242;
@@ -554,7 +555,8 @@ inline double expand_mma_cost_us(int tile, int64_t m, int64_t n, int64_t k, int6
   const kernels::expand_mma::Geometry g = kernels::expand_mma::make_geometry(n, k, N, M, L, tile, split, true);
   const double blocks = static_cast<double>((n + 127) / 128) * static_cast<double>((m + tile - 1) / tile) * g.split;
   const double stages = static_cast<double>((g.nst + g.split - 1) / g.split);
-  const double stage = c.stage_us + g.slots * (L == 1 ? c.row_us_l1 : c.row_us) +
+  const double stores = 8.0 / static_cast<double>(L < 8 ? L : 8);
+  const double stage = c.stage_us + g.slots * (c.row_us + stores * c.store_us) +
                        (tile >= 128 ? c.tile128_us : tile >= 64 ? c.tile64_us : 0.0);
   int per_sm = 228 * 1024 / (g.smem_bytes + 1024);
   if (per_sm > expand_mma_blocks_by_registers(tile)) per_sm = expand_mma_blocks_by_registers(tile);
