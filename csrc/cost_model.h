@@ -333,10 +333,11 @@ inline double dense_gemm_us(int64_t m, int64_t n, int64_t k, int64_t elem) {
 }
 
 // dense_expand_*: the expansion reads the compressed weight and writes the dense one at an
-// effective 2.0 TB/s (with the 16:32 L = 32 bytes this is the fitted 1.32 TB/s of dense bytes the
-// gathered-kernel comparison used, 43 us at 4096^2 with the launch), then cuBLAS (dense_gemm_us),
-// and three launches (expansion, GEMM, the non-finite row check) in kDenseExpandFixedUs.
-constexpr double kExpandBytesPerUs = 2.0e6;
+// effective 2.4 TB/s, then cuBLAS (dense_gemm_us), and three launches (expansion, GEMM, the
+// non-finite row check) in kDenseExpandFixedUs. Fitted on an H200 (bf16 and fp32; 16:32, 8:32, 4:32,
+// 2:4 x L = 1, 8 x the six Llama layers x m = 64, 256, 1024): estimate / measured median 1.03 (bf16)
+// and 1.01 (fp32).
+constexpr double kExpandBytesPerUs = 2.4e6;
 constexpr double kDenseExpandFixedUs = 7.5;
 inline double dense_expand_cost_us(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, int64_t L, int64_t elem) {
   const double dense = static_cast<double>(n) * static_cast<double>(k) * static_cast<double>(elem);
@@ -525,25 +526,26 @@ inline double sparse_tc_cost_us(int tile, int64_t m, int64_t n, int64_t k, int s
 
 // expand_mma_*: a block's stages run one after another, each costing a fixed part (copies,
 // barriers, the strip's zeroing and the products' latency), the expansion of its compressed rows
-// and the products of its token tile; co-resident blocks overlap partly (c blocks per SM run c^0.35
-// times one block's time, for c up to what registers and shared memory hold). Then the launches
-// (kernel and non-finite row check), the split's reduction, and the compressed bytes at HBM rate as
-// a floor. Fitted on an H200 (bf16; 16:32, 8:32, 4:32 x L = 1, 4, 16 x the six Llama layers x m = 1
-// to 4096, every token tile and split): estimate / measured median 1.03 (10-90%: 0.91-1.20); the
-// cheapest estimated plan is 4% above the best measured one on geomean (worst 1.43x).
+// (a part per row and a part per store: a lane stores 8 / min(L, 8) vectors of a row) and the
+// products of its token tile; co-resident blocks overlap partly (c blocks per SM run c^0.54 times
+// one block's time, for c up to what registers and shared memory hold). Then two launches (kernel
+// and non-finite row check), the split's reduction, and the compressed bytes at HBM rate as a floor.
+// Fitted on an H200 (bf16; 16:32, 8:32, 4:32 x L = 1, 4, 16 x the six Llama layers x m = 1 to 4096,
+// every token tile and split): estimate / measured median 1.02 (10-90%: 0.87-1.12); the cheapest
+// estimated plan with a split of at most 16 is 3% above the best measured one on geomean.
 struct ExpandMmaCost {
   double fixed_us;       // launches
   double stage_us;       // per stage
-  double row_us_l1;      // per compressed row of a stage at L = 1 (each output its own positions)
-  double row_us;         // per compressed row at L > 1
+  double row_us;         // per compressed row of a stage
+  double store_us;       // per compressed row and store of a lane's 8 outputs (8 / min(L, 8) of them)
   double tile64_us, tile128_us;  // the products of a 64- / 128-token tile, per stage (16: none)
   double overlap_exp;    // c co-resident blocks per SM run c^(1 - overlap_exp) one block's time
   double reduce_bytes_per_us;
 };
-constexpr ExpandMmaCost kExpandMmaCost{4.0, 1.25, 0.034, 0.019, 0.17, 0.62, 0.65, 2.5e6};
+constexpr ExpandMmaCost kExpandMmaCost{2 * kLaunchUs, 0.62, 0.0143, 0.0032, 0.225, 0.547, 0.463, 4.37e6};
 // Registers per thread of the three token tiles (ptxas, sm_90a): blocks per SM by registers.
 inline int expand_mma_blocks_by_registers(int tile) {
-  const int regs = tile <= 16 ? 80 : tile <= 64 ? 168 : 230;
+  const int regs = tile <= 16 ? 96 : tile <= 64 ? 168 : 242;
   return 65536 / (kernels::expand_mma::kThreads * regs);
 }
 inline double expand_mma_cost_us(int tile, int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, int64_t L,
@@ -553,7 +555,8 @@ inline double expand_mma_cost_us(int tile, int64_t m, int64_t n, int64_t k, int6
   const kernels::expand_mma::Geometry g = kernels::expand_mma::make_geometry(n, k, N, M, L, tile, split, true);
   const double blocks = static_cast<double>((n + 127) / 128) * static_cast<double>((m + tile - 1) / tile) * g.split;
   const double stages = static_cast<double>((g.nst + g.split - 1) / g.split);
-  const double stage = c.stage_us + g.slots * (L == 1 ? c.row_us_l1 : c.row_us) +
+  const double stores = 8.0 / static_cast<double>(L < 8 ? L : 8);
+  const double stage = c.stage_us + g.slots * (c.row_us + stores * c.store_us) +
                        (tile >= 128 ? c.tile128_us : tile >= 64 ? c.tile64_us : 0.0);
   int per_sm = 228 * 1024 / (g.smem_bytes + 1024);
   if (per_sm > expand_mma_blocks_by_registers(tile)) per_sm = expand_mma_blocks_by_registers(tile);

@@ -87,11 +87,12 @@ def test_half_decode_without_a_native_plan_takes_the_16_bit_kernel(dtype):
         # 80.5 us at m = 8 / 16) or the expansion + cuBLAS in the same dtype.
         # At L >= 4 the fp32 decode kernels on upcast inputs stay candidates, by cost.
         upcast_ok = L >= 4 and INFO[kernel].family in ("decode_cluster", "decode_staged", "decode_splitk")
-        fused = INFO[kernel].family == "expand_mma" and INFO[kernel].dtype == str(dtype).split(".")[-1] and m >= 5
+        fused = INFO[kernel].family == "expand_mma" and INFO[kernel].dtype == str(dtype).split(".")[-1] and (
+            m >= 5 or n < 1024)
         assert kernel in (SHORT[dtype], DENSE[dtype]) or upcast_ok or fused, (m, n, k, N, M, L, kernel)
         if kernel == SHORT[dtype]:
             assert split == expected_split(n, k, N, M), (m, n, k, N, M, L)
-        if m <= 4:
+        if m <= 4 and n >= 1024:  # tiny layers: every plan is a launch or two, estimates within a few %
             assert kernel == SHORT[dtype], (m, n, k, N, M, L)
     # sm_80 (no clusters, no decode_tc): every L at m <= 16.
     for L in (1, 8, 16, 32, 128):

@@ -135,6 +135,24 @@ def test_forced_native_plans(N, M, L, m, dtype, nm):
                 _check(x, values, indices, N, M, L, bias, kernel, split, nm)
 
 
+# Short vectors and element-wise patterns through the dense expansion: output counts that leave a
+# partial 32-output block and rows of 2-byte units (37 L outputs), k past two 256-input blocks.
+SHORT = [(2, 4, 1), (16, 32, 1), (3, 8, 2), (8, 32, 8), (5, 16, 4), (1, 64, 1), (33, 64, 2)]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("N,M,L", SHORT, ids=lambda v: str(v))
+@pytest.mark.parametrize("vectors", [37, 64])
+def test_dense_expand_short_vectors(N, M, L, vectors, dtype, nm):
+    out, inp = L * vectors, M * (600 // M + 1)
+    values, indices = nm.random_packed(out, inp, N, M, L, dtype, "cuda")
+    x = torch.randn(3, inp, device="cuda").to(dtype)
+    bias = torch.randn(out, device="cuda").to(dtype) if vectors == 37 else None
+    for kernel in family("dense_expand", dtype):
+        _check(x, values, indices, N, M, L, bias, kernel, 1, nm)
+
+
 @pytest.mark.cuda
 def test_native_kernel_refuses_other_dtype(nm):
     values, indices = nm.random_packed(64, 64, 4, 32, 32, torch.float32, "cuda")

@@ -4,20 +4,23 @@
 // that hold a NaN or Inf (docs/format.md, "NaN and Inf in x"). One template serves the 16-bit
 // types (uint16_t bits, fp16 or bf16 by a flag) and fp32.
 //
-// Expansion: a block owns 32 outputs x 256 inputs. It zeroes a shared tile, scatters the kept
-// values into it (threads of a warp take consecutive outputs, so the reads of values are
-// coalesced; one thread walks all N slots of a window, so a repeated position, possible only in
-// data that skipped validation, adds its values as the gathering kernels do), then writes each
-// output's row segment (512 bytes in 16 bits, 1 KiB in fp32) with 16-byte stores, or element by
-// element where k or the buffer does not allow them. Index bytes are masked with M - 1 (M is a
-// power of two), so no byte value writes outside its window; windows past k and outputs past n
-// are not touched, and every offset is 64-bit.
+// Expansion: a block owns 32 outputs x 256 inputs. It first brings the compressed slab those
+// cover (values [rows][32], index bytes [rows][<= 32]) into shared memory with the widest loads the
+// addresses allow, all issued before any is used, so each SM keeps tens of KiB in flight; zeroes a
+// shared tile; scatters the kept values into it (threads of a warp take consecutive outputs; one
+// thread walks all N slots of a window, so a repeated position, possible only in data that skipped
+// validation, adds its values as the gathering kernels do); then writes each output's row segment
+// (512 bytes in 16 bits, 1 KiB in fp32) with 16-byte stores, or element by element where k or the
+// buffer does not allow them. Index bytes are masked with M - 1 (M is a power of two), so no byte
+// value writes outside its window; windows past k and outputs past n are neither read nor written,
+// and every offset is 64-bit.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
+#include "cuda/kernels/common/smem_limit.h"
 #include "cuda/kernels/f32/expand_dense.h"
 #include "spmm_half.h"
 
@@ -57,34 +60,98 @@ __device__ __forceinline__ bool non_finite(float f, bool) { return !isfinite(f);
 template <class T>
 constexpr int kVec = 16 / static_cast<int>(sizeof(T));
 
+// Copies `rows` rows of `row_bytes` bytes (global row stride `ld` bytes) into shared memory (row
+// stride `dst_ld` bytes) in units of V, four loads per thread in flight before their stores.
+template <class V>
+__device__ __forceinline__ void stage_rows(uint8_t* dst, int dst_ld, const uint8_t* src, int64_t ld, int rows,
+                                           int row_bytes) {
+  constexpr int kW = static_cast<int>(sizeof(V));
+  constexpr int kBatch = 4;
+  const int per_row = row_bytes / kW;
+  const int total = rows * per_row;
+  for (int base = threadIdx.x; base < total; base += kBatch * blockDim.x) {
+    V buf[kBatch];
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      const int c = base + i * blockDim.x;
+      if (c < total) {
+        const int r = c / per_row, e = c - r * per_row;
+        buf[i] = __ldg(reinterpret_cast<const V*>(src + r * ld) + e);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      const int c = base + i * blockDim.x;
+      if (c < total) {
+        const int r = c / per_row, e = c - r * per_row;
+        reinterpret_cast<V*>(dst + r * dst_ld)[e] = buf[i];
+      }
+    }
+  }
+}
+
+// stage_rows with the widest unit that divides the source address, its row stride and the row length.
+__device__ __forceinline__ void stage_rows_widest(uint8_t* dst, int dst_ld, const uint8_t* src, int64_t ld,
+                                                  int rows, int row_bytes) {
+  const uint64_t a = reinterpret_cast<uintptr_t>(src) | static_cast<uint64_t>(ld) | static_cast<uint64_t>(row_bytes);
+  if (a % 16 == 0) stage_rows<uint4>(dst, dst_ld, src, ld, rows, row_bytes);
+  else if (a % 8 == 0) stage_rows<uint2>(dst, dst_ld, src, ld, rows, row_bytes);
+  else if (a % 4 == 0) stage_rows<unsigned int>(dst, dst_ld, src, ld, rows, row_bytes);
+  else if (a % 2 == 0) stage_rows<unsigned short>(dst, dst_ld, src, ld, rows, row_bytes);
+  else stage_rows<unsigned char>(dst, dst_ld, src, ld, rows, row_bytes);
+}
+
+// Shared memory of one block: the tile, then the staged values [rows][kRows] and index bytes
+// [rows][kRows] (a block's 32 outputs touch at most 32 vectors), rows = the compressed rows of
+// kCols inputs.
 template <class T>
-__global__ void __launch_bounds__(256) expand_dense_kernel(const T* __restrict__ values,
+constexpr int kTileBytes = kRows * (kCols + kVec<T>) * static_cast<int>(sizeof(T));
+template <class T>
+inline int expand_dense_smem_bytes(int N, int M) {
+  const int rows = kCols / M * N;
+  return kTileBytes<T> + rows * kRows * (static_cast<int>(sizeof(T)) + 1);
+}
+
+template <class T>
+__global__ void __launch_bounds__(256, 6) expand_dense_kernel(const T* __restrict__ values,
                                                            const uint8_t* __restrict__ indices,
                                                            T* __restrict__ dense, int64_t n, int64_t k, int N,
                                                            int M, int L, bool bf16, bool vector_store) {
   constexpr int kPad = kVec<T>;
-  __shared__ __align__(16) T tile[kRows][kCols + kPad];
+  extern __shared__ __align__(16) uint8_t smem[];
+  T(*tile)[kCols + kPad] = reinterpret_cast<T(*)[kCols + kPad]>(smem);
   const int64_t j0 = static_cast<int64_t>(blockIdx.x) * kRows;
   const int64_t c0 = static_cast<int64_t>(blockIdx.y) * kCols;
-  uint4* tile4 = reinterpret_cast<uint4*>(&tile[0][0]);
-  for (int i = threadIdx.x; i < kRows * (kCols + kPad) / kVec<T>; i += blockDim.x) tile4[i] = make_uint4(0, 0, 0, 0);
-  __syncthreads();
-
   const int64_t cols = k - c0 < kCols ? k - c0 : kCols;
   const int windows = static_cast<int>(cols / M);
+  const int rows = windows * N;
+  const int outs = static_cast<int>(n - j0 < kRows ? n - j0 : kRows);
+  const int64_t idx_ld = n / L;
+  const int64_t v0 = j0 / L;
+  const int vecs = static_cast<int>((j0 + outs - 1) / L - v0 + 1);
+  const int64_t row0 = c0 / M * N;
+  T* svals = reinterpret_cast<T*>(smem + kTileBytes<T>);
+  uint8_t* sidx = smem + kTileBytes<T> + (kCols / M * N) * kRows * static_cast<int>(sizeof(T));
+
+  constexpr int kValLd = kRows * static_cast<int>(sizeof(T));
+  stage_rows_widest(reinterpret_cast<uint8_t*>(svals), kValLd,
+                    reinterpret_cast<const uint8_t*>(values + row0 * n + j0), n * static_cast<int64_t>(sizeof(T)),
+                    rows, outs * static_cast<int>(sizeof(T)));
+  stage_rows_widest(sidx, kRows, indices + row0 * idx_ld + v0, idx_ld, rows, vecs);
+  uint4* tile4 = reinterpret_cast<uint4*>(smem);
+  for (int i = threadIdx.x; i < kTileBytes<T> / 16; i += blockDim.x) tile4[i] = make_uint4(0, 0, 0, 0);
+  __syncthreads();
+
   const int jl = threadIdx.x % kRows;
-  const int64_t j = j0 + jl;
-  if (j < n) {
-    const int64_t idx_ld = n / L;
-    const int64_t v = j / L;
-    const int64_t row0 = c0 / M * N;
+  if (jl < outs) {
+    const int vl = static_cast<int>((j0 + jl) / L - v0);
     for (int g = threadIdx.x / kRows; g < windows; g += blockDim.x / kRows) {
       uint64_t used = 0;  // positions of this window already written (M <= 64)
       for (int s = 0; s < N; ++s) {
-        const int64_t row = row0 + static_cast<int64_t>(g) * N + s;
-        const int pos = indices[row * idx_ld + v] & (M - 1);
+        const int u = g * N + s;
+        const int pos = sidx[u * kRows + vl] & (M - 1);
         T& cell = tile[jl][g * M + pos];
-        const T val = values[row * n + j];
+        const T val = svals[u * kRows + jl];
         const uint64_t bit = uint64_t{1} << pos;
         cell = (used & bit) ? from_float<T>(to_float(cell, bf16) + to_float(val, bf16), bf16) : val;
         used |= bit;
@@ -95,7 +162,7 @@ __global__ void __launch_bounds__(256) expand_dense_kernel(const T* __restrict__
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int warps = blockDim.x / 32;
-  for (int r = warp; r < kRows && j0 + r < n; r += warps) {
+  for (int r = warp; r < outs; r += warps) {
     T* dst = dense + (j0 + r) * k + c0;
     if (vector_store) {  // k % kVec == 0 and a 16-byte aligned base: every row segment is aligned
       for (int c = lane * kVec<T>; c < cols; c += 32 * kVec<T>)
@@ -169,7 +236,13 @@ cudaError_t expand_dense(const T* values, const uint8_t* indices, T* dense, int6
   if (col_blocks > 65535 || row_blocks > 0x7fffffff) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>(row_blocks), static_cast<unsigned>(col_blocks));
   const bool vector_store = k % kVec<T> == 0 && reinterpret_cast<uintptr_t>(dense) % 16 == 0;
-  expand_dense_kernel<T><<<grid, 256, 0, stream>>>(values, indices, dense, n, k, N, M, L, bf16, vector_store);
+  // The limit is set once, for the largest pattern (N = M); a call requests only its own bytes.
+  static bool configured[kMaxDevices] = {};
+  if (cudaError_t e = set_smem_limit_once(configured, expand_dense_kernel<T>, expand_dense_smem_bytes<T>(1, 1));
+      e != cudaSuccess)
+    return e;
+  const int smem = expand_dense_smem_bytes<T>(N, M);
+  expand_dense_kernel<T><<<grid, 256, smem, stream>>>(values, indices, dense, n, k, N, M, L, bf16, vector_store);
   return cudaGetLastError();
 }
 

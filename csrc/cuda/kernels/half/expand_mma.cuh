@@ -166,20 +166,27 @@ __device__ __noinline__ void add_to(unsigned char* a, Pack<G> v) {
 // vector (8 / LG of them). It also checks that each vector's positions ascend within every window
 // (what compress produces and validation requires); where any lane finds otherwise, the warp
 // re-zeroes its strip and takes the serial path, which adds the values of a repeated position.
+// The lane's loop-invariant part of the expansion: its first output within the CTA's 128 (col) and
+// that output's vector (icol), and 1 / N.
+struct ExpandLane {
+  int col, icol;
+  float inv_n;
+};
+
 template <typename T, int LG>
 __device__ __forceinline__ void expand_stage(const Args& a, unsigned char* strip, const unsigned char* vals,
-                                             const uint8_t* idx, int windows, int wm, int lane) {
+                                             const uint8_t* idx, int windows, int wm, int lane,
+                                             const ExpandLane& el) {
   using Idx = typename IdxBytes<LG>::type;
   constexpr int NV = 8 / LG;  // vectors (positions) per lane-row
   const int N = a.N, M = a.M, L = a.L;
   const int idx_row = a.g.idx_row;
   const int rows = windows * N;
   const uint32_t mask = static_cast<uint32_t>(M - 1), mask4 = mask * 0x01010101u;
-  const float inv_n = 1.0f / static_cast<float>(N);
+  const float inv_n = el.inv_n;
   const int og = lane & 3, sg = lane >> 2;
-  const int col = wm * 32 + og * 8;  // first output of the lane within the CTA's 128
-  const unsigned char* vbase = vals + col * 2;
-  const uint8_t* ibase = idx + col / L;
+  const unsigned char* vbase = vals + el.col * 2;
+  const uint8_t* ibase = idx + el.icol;
   bool ordered = true;
 #pragma unroll 2
   for (int r = sg; r < rows; r += 8) {
@@ -269,37 +276,57 @@ __global__ void __launch_bounds__(kThreads) expand_mma_kernel(const Args a) {
   unsigned char* strip = smem + g.strips_off + wm * kStripBytes;
   const uint32_t strip_s = smem_u32(strip);
 
-  auto issue_stage = [&](int st, int buf) {
+  // Copy assignments, fixed per thread; the sources advance by one stage per call (stages are
+  // issued in order), so a call is pointer increments and predicates only.
+  //   x [BT][64]: tokens xt0 + 16 j, 16-byte chunk xc (swizzled by token & 7, the same for every j);
+  //   values [s][128]: rows vr0 + 8 j, chunk vc; index bytes [s][128 / L]: rows ir0 + istep j,
+  //   chunk ic of ich bytes (q is a multiple of ich).
+  constexpr int XJ = BT / 16;
+  const int xc = tid & 7, xt0 = tid >> 3;
+  const int vc = tid & 15, vr0 = tid >> 4;
+  const int cpr = g.idx_row / g.ich, ic = tid % cpr, ir0 = tid / cpr, istep = kThreads / cpr;
+  const int64_t v0 = n0 / a.L;
+  const int64_t first_row = static_cast<int64_t>(st_begin) * g.slots;  // compressed row of the split's first stage
+  const bool v_col_ok = n0 + vc * 8 < a.n;
+  const bool i_col_ok = v0 + ic * g.ich < a.q;
+  const int64_t x_step16 = 16 * a.ldx;
+  const T* x_cur = x + (t0 + xt0) * a.ldx + static_cast<int64_t>(st_begin) * kBK + xc * 8;
+  const T* v_cur = values + (first_row + vr0) * a.n + n0 + vc * 8;
+  const uint8_t* i_cur = a.indices + (first_row + ir0) * a.q + v0 + ic * g.ich;
+  const uint32_t x_dst = static_cast<uint32_t>(g.x_off + xt0 * 128 + ((xc ^ (xt0 & 7)) << 4));
+  const uint32_t v_dst = static_cast<uint32_t>(g.val_off + vr0 * (kBM * 2) + vc * 16);
+  const uint32_t i_dst = static_cast<uint32_t>(g.idx_off + ir0 * g.idx_row + ic * g.ich);
+  const int64_t v_stage = static_cast<int64_t>(g.slots) * a.n, i_stage = static_cast<int64_t>(g.slots) * a.q;
+  int64_t k_left = a.k - static_cast<int64_t>(st_begin) * kBK;  // inputs from the next stage on
+  int64_t w_left = a.w - first_row;                              // compressed rows from it on
+
+  auto issue_stage = [&](int buf) {
     unsigned char* sb = smem + buf * g.stage_bytes;
-    const int64_t kb = static_cast<int64_t>(st) * kBK;
-    // x [BT][64]: chunk c of token t, 16-byte chunks swizzled by t & 7
-    for (int i = tid; i < BT * 8; i += kThreads) {
-      const int t = i >> 3, c = i & 7;
-      const int64_t tt = t0 + t, kk = kb + c * 8;
-      const bool ok = tt < a.m && kk < a.k;
-      cp_async_16(sb + g.x_off + t * 128 + ((c ^ (t & 7)) << 4), ok ? x + tt * a.ldx + kk : x, ok);
+    const bool x_k_ok = xc * 8 < k_left;
+    const int rows_ok = w_left < g.slots ? static_cast<int>(w_left) : g.slots;
+#pragma unroll
+    for (int j = 0; j < XJ; ++j) {
+      const bool ok = x_k_ok && t0 + xt0 + 16 * j < a.m;
+      cp_async_16(sb + x_dst + j * 16 * 128, ok ? x_cur + j * x_step16 : x, ok);
     }
-    // values [s][128]
-    const int64_t u0 = static_cast<int64_t>(st) * g.slots;
-    for (int i = tid; i < g.slots * 16; i += kThreads) {
-      const int r = i >> 4, c = i & 15;
-      const bool ok = u0 + r < a.w && n0 + c * 8 < a.n;
-      cp_async_16(sb + g.val_off + r * (kBM * 2) + c * 16, ok ? values + (u0 + r) * a.n + n0 + c * 8 : values, ok);
+    for (int r = vr0, j = 0; r < g.slots; r += 8, ++j) {
+      const bool ok = v_col_ok && r < rows_ok;
+      cp_async_16(sb + v_dst + j * 8 * (kBM * 2), ok ? v_cur + static_cast<int64_t>(j) * 8 * a.n : values, ok);
     }
-    // index bytes [s][128 / L], in chunks of ich bytes (q is a multiple of ich)
-    const int chunks = g.idx_row / g.ich;
-    const int64_t v0 = n0 / a.L;
-    for (int i = tid; i < g.slots * chunks; i += kThreads) {
-      const int r = i / chunks, c = i - r * chunks;
-      const int64_t v = v0 + c * g.ich;
-      const bool ok = u0 + r < a.w && v < a.q;
-      const uint8_t* src = ok ? a.indices + (u0 + r) * a.q + v : a.indices;
-      unsigned char* dst = sb + g.idx_off + r * g.idx_row + c * g.ich;
+    for (int r = ir0, j = 0; r < g.slots; r += istep, ++j) {
+      const bool ok = i_col_ok && r < rows_ok;
+      const uint8_t* src = ok ? i_cur + static_cast<int64_t>(j) * istep * a.q : a.indices;
+      unsigned char* dst = sb + i_dst + j * istep * g.idx_row;
       if (g.ich == 16)
         cp_async_16(dst, src, ok);
       else
         cp_async_4(dst, src, ok);
     }
+    x_cur += kBK;
+    v_cur += v_stage;
+    i_cur += i_stage;
+    k_left -= kBK;
+    w_left -= g.slots;
   };
 
   float acc[2][NJ][4];
@@ -311,9 +338,11 @@ __global__ void __launch_bounds__(kThreads) expand_mma_kernel(const Args a) {
       for (int r = 0; r < 4; ++r) acc[i][j][r] = 0.f;
 
   for (int p = 0; p < g.stages - 1; ++p) {
-    if (p < nloc) issue_stage(st_begin + p, p);
+    if (p < nloc) issue_stage(p);
     cp_async_commit();
   }
+  const ExpandLane el{wm * 32 + (lane & 3) * 8, (wm * 32 + (lane & 3) * 8) / a.L, 1.0f / static_cast<float>(a.N)};
+  int buf = 0, buf_next = g.stages - 1;  // the ring slots of stage it and of stage it + stages - 1
 
   // Per-lane parts of the fragment addresses (see the header comment).
   const int mi = lane >> 3, rr = lane & 7;
@@ -325,12 +354,12 @@ __global__ void __launch_bounds__(kThreads) expand_mma_kernel(const Args a) {
   for (int it = 0; it < nloc; ++it) {
     wait_pending(g.stages - 2);
     __syncthreads();
-    const int nx = it + g.stages - 1;
-    if (nx < nloc) issue_stage(st_begin + nx, nx % g.stages);
+    if (it + g.stages - 1 < nloc) issue_stage(buf_next);
     cp_async_commit();
+    buf_next = buf_next + 1 == g.stages ? 0 : buf_next + 1;
 
-    const int buf = it % g.stages;
     const unsigned char* sb = smem + buf * g.stage_bytes;
+    buf = buf + 1 == g.stages ? 0 : buf + 1;
     const int64_t gw0 = static_cast<int64_t>(st_begin + it) * wps;
     const int windows = G_total - gw0 < wps ? static_cast<int>(G_total - gw0) : wps;
 
@@ -341,7 +370,7 @@ __global__ void __launch_bounds__(kThreads) expand_mma_kernel(const Args a) {
       *reinterpret_cast<uint4*>(strip + (i * 32 + lane) * 16) = make_uint4(0, 0, 0, 0);
     __syncwarp();
     expand_stage<T, LG>(a, strip, sb + g.val_off, reinterpret_cast<const uint8_t*>(sb + g.idx_off), windows, wm,
-                        lane);
+                        lane, el);
     __syncwarp();
 
     const uint32_t xs = smem_u32(sb + g.x_off);
