@@ -589,22 +589,24 @@ inline double expand_mma_cost_us(int tile, int64_t m, int64_t n, int64_t k, int6
 }
 
 // expand_wgmma_* (sm_90a): one block per SM (cluster splits of 4 and 8 place 124 and 120 blocks
-// at a time on 132 SMs); a block runs a fixed part and its stages, each costing the larger of the
-// expansion (a fixed part, a part per compressed row and per store of a lane's 8 outputs, as in
-// expand_mma, shared by two expansion warpgroups) and the products of its token tile. Fitted on an
-// H200 (bf16; 16:32, 8:32, 4:32, 2:4 x L = 1, 2, 4, 8, 16, 64 x the six Llama layers x m = 64, 256,
-// and 16..4096 on two layers; every token tile and split): estimate / measured median 1.01 (10-90%:
-// 0.92-1.09); the cheapest estimated plan is 0.1% above the best measured one on geomean.
+// at a time on 132 SMs); a round of blocks costs a fixed part, a part for the tokens of its tile
+// (x's copies and the epilogue) and its stages, each costing the larger of the expansion (a fixed
+// part, a part per compressed row and per store of a lane's 8 outputs, as in expand_mma, shared by
+// two expansion warpgroups) and the products of its token tile. Fitted on an H200 (bf16; every
+// token tile and split on 16:32, 8:32, 4:32, 2:4 x L = 1, 2, 4, 8, 16, 64 x the six Llama layers x
+// m = 64, 256, and the plan table's timed plans of the family, m = 1..4096; 3,064 times): estimate /
+// measured median 1.00 (10-90%: 0.92-1.08; per m, medians 0.98-1.04).
 struct ExpandWgmmaCost {
   double fixed_us;      // per call
   double round_us;      // per round of blocks (prologue, pipeline fill, epilogue)
+  double round_tokens_us;  // per round, times the fraction of the token tile that m fills
   double stage_us;      // per stage: the expansion's fixed part
   double row_us;        // per compressed row of a stage
   double store_us;      // per compressed row and store of a lane's 8 outputs (8 / min(L, 8) of them)
   double tile64_us, tile128_us;  // the products of a 64- / 128-token tile, per stage
   double cluster4_fill, cluster8_fill;  // blocks resident at a time with cluster splits, per SM
 };
-constexpr ExpandWgmmaCost kExpandWgmmaCost{0.84, 7.84, 0.361, 0.0083, 0.0014, 0.29, 0.58, 124.0 / 132, 120.0 / 132};
+constexpr ExpandWgmmaCost kExpandWgmmaCost{1.23, 4.43, 3.04, 0.409, 0.0073, 0.0013, 0.29, 0.585, 124.0 / 132, 120.0 / 132};
 inline double expand_wgmma_cost_us(int tile, int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, int64_t L,
                                    int split, int num_sms) {
   const ExpandWgmmaCost& c = kExpandWgmmaCost;
@@ -618,7 +620,8 @@ inline double expand_wgmma_cost_us(int tile, int64_t m, int64_t n, int64_t k, in
   const double stores = 8.0 / static_cast<double>(L < 8 ? L : 8);
   const double expand = c.stage_us + slots * (c.row_us + stores * c.store_us);
   const double products = tile >= 128 ? c.tile128_us : c.tile64_us;
-  const double grid = rounds * (c.round_us + stages * (expand > products ? expand : products));
+  const double filled = static_cast<double>(m < tile ? m : tile) / tile;
+  const double grid = rounds * (c.round_us + filled * c.round_tokens_us + stages * (expand > products ? expand : products));
   const double bytes = compressed_bytes(n, k, N, M, L, 2) + 2.0 * static_cast<double>(m) * static_cast<double>(k + n);
   const double memory = bytes / kHbmBytesPerUs;
   return c.fixed_us + (grid > memory ? grid : memory);

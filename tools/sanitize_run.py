@@ -22,7 +22,7 @@ cases = [(1, 160, 96, 2, 4, 16), (2, 320, 224, 4, 32, 32), (5, 256, 192, 8, 32, 
          # the fused expansion: L = 1, 2, 4, 8 with n and k tails and a partial 64-input stage
          (37, 136, 224, 8, 32, 1), (3, 72, 96, 3, 8, 2), (130, 144, 416, 16, 32, 4), (17, 96, 160, 5, 16, 8),
          # the Hopper fused expansion at L = 64: the index copy starts before the block's vector
-         (66, 512, 328, 8, 32, 64)]
+         (66, 512, 320, 8, 32, 64)]
 # The warp-specialized kernels also on a grid of more than one round (152 tiles of 128x256 with m and n
 # tails), where the tail variant computes whole tiles and splits only the last round's (on 132 SMs: 20).
 MULTI_ROUND = (1000, 4640, 512, 16, 32, 32)
