@@ -254,7 +254,7 @@ inline Kernel check_plan(c10::string_view name, int64_t split_k, int64_t m, int6
                 info.name, " must be in [1, ", info.max_split_k, "], got ", split_k);
   TORCH_CHECK(split_k >= 1 && split_k <= kMaxSplitK, "nmspmm.spmm_with_plan: split_k must be in [1, ",
               kMaxSplitK, "], got ", split_k);
-  TORCH_CHECK(!is_sparse_tc_kernel(kernel) || sparse_tc_split_ok(static_cast<int>(split_k)),
+  TORCH_CHECK(!is_cluster_split_kernel(kernel) || sparse_tc_split_ok(static_cast<int>(split_k)),
               "nmspmm.spmm_with_plan: split_k of kernel ", info.name, " must be 1, 2, 4 or 8, got ", split_k);
   return kernel;
 }

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "cuda/kernels/half/expand_mma_geometry.h"
+#include "cuda/kernels/half/expand_wgmma_geometry.h"
 #include "cuda/kernels/half/tc_prefill_stage.h"
 #include "registry.h"
 
@@ -332,17 +333,32 @@ inline double dense_gemm_us(int64_t m, int64_t n, int64_t k, int64_t elem) {
   return flops / rate > bytes / kHbmBytesPerUs ? flops / rate : bytes / kHbmBytesPerUs;
 }
 
+// cuBLAS in 16 bits as the plan table measures it (a CUDA graph of calls): 4 us + the larger of its
+// math at 800 TFLOP/s and its bytes (weight, x, y) at 4.0 TB/s. On the H200 table's cuBLAS times
+// (bf16 and fp16, 1,728 cells): estimate / measured median 1.03, 10-90%: 0.90-1.13.
+constexpr double kCublasHalfFixedUs = 4.0;
+constexpr double kCublasHalfFlopsPerUs = 800e6;
+constexpr double kCublasHalfBytesPerUs = 4.0e6;
+inline double cublas_half_us(int64_t m, int64_t n, int64_t k) {
+  const double mm = static_cast<double>(m), nn = static_cast<double>(n), kk = static_cast<double>(k);
+  const double math = 2.0 * mm * nn * kk / kCublasHalfFlopsPerUs;
+  const double bytes = 2.0 * (nn * kk + mm * kk + mm * nn) / kCublasHalfBytesPerUs;
+  return kCublasHalfFixedUs + (math > bytes ? math : bytes);
+}
+
 // dense_expand_*: the expansion reads the compressed weight and writes the dense one at an
-// effective 2.4 TB/s, then cuBLAS (dense_gemm_us), and three launches (expansion, GEMM, the
-// non-finite row check) in kDenseExpandFixedUs. Fitted on an H200 (bf16 and fp32; 16:32, 8:32, 4:32,
-// 2:4 x L = 1, 8 x the six Llama layers x m = 64, 256, 1024): estimate / measured median 1.03 (bf16)
-// and 1.01 (fp32).
+// effective 2.4 TB/s, then cuBLAS, and the launches (expansion, GEMM, the non-finite row check):
+// fp32 kDenseExpandFixedUs + dense_gemm_us, 16 bits kDenseExpandHalfFixedUs + cublas_half_us.
+// Fitted on an H200 (bf16 and fp32; 16:32, 8:32, 4:32, 2:4 x L = 1, 8 x the six Llama layers x
+// m = 64, 256, 1024): estimate / measured median 1.03 (bf16) and 1.01 (fp32).
 constexpr double kExpandBytesPerUs = 2.4e6;
 constexpr double kDenseExpandFixedUs = 7.5;
+constexpr double kDenseExpandHalfFixedUs = 6.0;
 inline double dense_expand_cost_us(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, int64_t L, int64_t elem) {
   const double dense = static_cast<double>(n) * static_cast<double>(k) * static_cast<double>(elem);
-  return kDenseExpandFixedUs + (compressed_bytes(n, k, N, M, L, elem) + dense) / kExpandBytesPerUs +
-         dense_gemm_us(m, n, k, elem);
+  const double expand = (compressed_bytes(n, k, N, M, L, elem) + dense) / kExpandBytesPerUs;
+  if (elem == 2) return kDenseExpandHalfFixedUs + expand + cublas_half_us(m, n, k);
+  return kDenseExpandFixedUs + expand + dense_gemm_us(m, n, k, elem);
 }
 
 // tc_prefill_*: the larger of two fitted estimates, plus the x transpose's launch.
@@ -570,6 +586,45 @@ inline double expand_mma_cost_us(int tile, int64_t m, int64_t n, int64_t k, int6
                                                     c.reduce_bytes_per_us
                                     : 0.0;
   return c.fixed_us + (grid > memory ? grid : memory) + reduce;
+}
+
+// expand_wgmma_* (sm_90a): one block per SM (cluster splits of 4 and 8 place 124 and 120 blocks
+// at a time on 132 SMs); a round of blocks costs a fixed part, a part for the tokens of its tile
+// (x's copies and the epilogue) and its stages, each costing the larger of the expansion (a fixed
+// part, a part per compressed row and per store of a lane's 8 outputs, as in expand_mma, shared by
+// two expansion warpgroups) and the products of its token tile. Fitted on an H200 (bf16; every
+// token tile and split on 16:32, 8:32, 4:32, 2:4 x L = 1, 2, 4, 8, 16, 64 x the six Llama layers x
+// m = 64, 256, and the plan table's timed plans of the family, m = 1..4096; 3,064 times): estimate /
+// measured median 1.00 (10-90%: 0.92-1.08; per m, medians 0.98-1.04).
+struct ExpandWgmmaCost {
+  double fixed_us;      // per call
+  double round_us;      // per round of blocks (prologue, pipeline fill, epilogue)
+  double round_tokens_us;  // per round, times the fraction of the token tile that m fills
+  double stage_us;      // per stage: the expansion's fixed part
+  double row_us;        // per compressed row of a stage
+  double store_us;      // per compressed row and store of a lane's 8 outputs (8 / min(L, 8) of them)
+  double tile64_us, tile128_us;  // the products of a 64- / 128-token tile, per stage
+  double cluster4_fill, cluster8_fill;  // blocks resident at a time with cluster splits, per SM
+};
+constexpr ExpandWgmmaCost kExpandWgmmaCost{1.23, 4.43, 3.04, 0.409, 0.0073, 0.0013, 0.29, 0.585, 124.0 / 132, 120.0 / 132};
+inline double expand_wgmma_cost_us(int tile, int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, int64_t L,
+                                   int split, int num_sms) {
+  const ExpandWgmmaCost& c = kExpandWgmmaCost;
+  const double sms = num_sms > 0 ? num_sms : 132;
+  const double resident = split <= 2 ? sms : split == 4 ? sms * c.cluster4_fill : sms * c.cluster8_fill;
+  const double blocks = static_cast<double>((n + 127) / 128) * static_cast<double>((m + tile - 1) / tile) * split;
+  const double rounds = std::ceil(blocks / std::floor(resident));
+  const int64_t nst = (k + 63) / 64;
+  const double stages = static_cast<double>((nst + split - 1) / split);
+  const double slots = static_cast<double>(64 / M * N);
+  const double stores = 8.0 / static_cast<double>(L < 8 ? L : 8);
+  const double expand = c.stage_us + slots * (c.row_us + stores * c.store_us);
+  const double products = tile >= 128 ? c.tile128_us : c.tile64_us;
+  const double filled = static_cast<double>(m < tile ? m : tile) / tile;
+  const double grid = rounds * (c.round_us + filled * c.round_tokens_us + stages * (expand > products ? expand : products));
+  const double bytes = compressed_bytes(n, k, N, M, L, 2) + 2.0 * static_cast<double>(m) * static_cast<double>(k + n);
+  const double memory = bytes / kHbmBytesPerUs;
+  return c.fixed_us + (grid > memory ? grid : memory);
 }
 
 }  // namespace nmspmm

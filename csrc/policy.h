@@ -459,6 +459,30 @@ inline PlanCost plan_expand_mma(const Problem& pb, const Candidates& c) {
   return best;
 }
 
+// The Hopper fused expansion (fp16 / bf16, sm_90a, M <= 64, expand_wgmma::shape_supported): the
+// cheapest (token tile, cluster split of 1, 2, 4, 8) under expand_wgmma_cost_us, each split keeping
+// at least 4 stages of 64 inputs; the 128-token tile only for m > 64, where its cost was fitted (at
+// smaller m it stages a mostly empty x box and the 64-token tile covers the call). Not for 2:4,
+// which the sparse tensor cores take on every shape this family takes (H200 plan table: where its
+// estimate won a 2:4 cell, it ran 0.92-0.95x the sparse tensor-core plan's speed).
+inline PlanCost plan_expand_wgmma(const Problem& pb, const Candidates& c) {
+  if (pb.dtype == DType::kF32 || (pb.N == 2 && pb.M == 4) ||
+      !kernels::expand_wgmma::shape_supported(pb.n, pb.k, pb.N, pb.M, pb.L))
+    return kNoPlan;
+  PlanCost best = kNoPlan;
+  const int64_t stages = (pb.k + 63) / 64;
+  for (const KernelInfo& k : kKernelTable) {
+    if (k.family != Family::kExpandWgmma || k.dtype != pb.dtype || !c.has(k.id) || (k.tile_m > 64 && pb.m <= 64))
+      continue;
+    for (int split = 1; split <= kMaxExpandWgmmaSplit; split *= 2) {
+      if (split > 1 && stages < 4 * split) break;
+      best = cheaper(best, plan_cost(pb, {k.id, split},
+                                     expand_wgmma_cost_us(k.tile_m, pb.m, pb.n, pb.k, pb.N, pb.M, pb.L, split, pb.num_sms)));
+    }
+  }
+  return best;
+}
+
 // Never planned (col_info, see registry_candidates).
 inline PlanCost plan_none(const Problem&, const Candidates&) { return kNoPlan; }
 
@@ -482,6 +506,7 @@ constexpr FamilyPlan kFamilyPlanners[] = {
     {Family::kProducer, &plan_producer},
     {Family::kProducerTail, &plan_producer_tail},
     {Family::kTcPrefill, &plan_tc_prefill},
+    {Family::kExpandWgmma, &plan_expand_wgmma},
     {Family::kExpandMma, &plan_expand_mma},
     {Family::kDenseExpand, &plan_dense_expand},
     {Family::kGeneric, &plan_generic},

@@ -38,6 +38,7 @@ enum class Family : int {
   kSparseTc,       // fp16 / bf16, sm_90a, N:M = 2:4 (any L): wgmma.sp on the sparse tensor cores
   kDecodeSparseTc, // fp16 / bf16, m <= 64, clusters, 2:4 (any L): decode_tc's stream into mma.sp
   kExpandMma,      // fp16 / bf16, sm_80+, L <= 32: the weight expanded per warp in shared memory, mma.sync
+  kExpandWgmma,    // fp16 / bf16, sm_90a, M <= 64: expansion warps feed a dense operand to wgmma
 };
 inline const char* family_name(Family f) {
   switch (f) {
@@ -56,6 +57,7 @@ inline const char* family_name(Family f) {
     case Family::kSparseTc: return "sparse_tc";
     case Family::kDecodeSparseTc: return "decode_sparse_tc";
     case Family::kExpandMma: return "expand_mma";
+    case Family::kExpandWgmma: return "expand_wgmma";
   }
   return "?";
 }
@@ -115,6 +117,10 @@ enum class Kernel : int {
   kExpandMmaF16_16x128,
   kExpandMmaF16_64x128,
   kExpandMmaF16_128x128,
+  kExpandWgmmaBF16_64x128,
+  kExpandWgmmaBF16_128x128,
+  kExpandWgmmaF16_64x128,
+  kExpandWgmmaF16_128x128,
   kCount,
   kNone = -1,
 };
@@ -128,6 +134,8 @@ constexpr int kMaxSplitK = 64;
 constexpr int kMaxSparseTcSplit = 8;
 // Largest split_k of the fused-expansion kernels (k split over the grid, fp32 partials).
 constexpr int kMaxExpandMmaSplit = 32;
+// Largest split_k (cluster size) of the Hopper fused-expansion kernels; they take 1, 2, 4 or 8.
+constexpr int kMaxExpandWgmmaSplit = 8;
 // Largest m of the fp16 / bf16 prefill kernel (its x transpose's grid; larger m takes the dense
 // expansion).
 constexpr int kTcPrefillMaxM = 65535 * 64;
@@ -222,6 +230,13 @@ constexpr KernelInfo kKernelTable[] = {
     {Kernel::kExpandMmaF16_16x128, "expand_mma_f16_16x128", Family::kExpandMma, DType::kF16, 16, 128, 4, 0, 1, 64, 65535 * 16, 80, false, false, false, kMaxExpandMmaSplit},
     {Kernel::kExpandMmaF16_64x128, "expand_mma_f16_64x128", Family::kExpandMma, DType::kF16, 64, 128, 4, 0, 1, 64, 65535 * 64, 80, false, false, false, kMaxExpandMmaSplit},
     {Kernel::kExpandMmaF16_128x128, "expand_mma_f16_128x128", Family::kExpandMma, DType::kF16, 128, 128, 4, 0, 1, 64, 65535 * 128, 80, false, false, false, kMaxExpandMmaSplit},
+    // The Hopper fused expansion (kernels/half/expand_wgmma_sm90.cuh): blocks of tile_m tokens x 128
+    // outputs, two consumer warpgroups + two expansion warpgroups + a copy warp; any N:M with M <= 64
+    // and L <= 128 (kernel_supports); split_k (1, 2, 4, 8) = cluster size.
+    {Kernel::kExpandWgmmaBF16_64x128, "expand_wgmma_bf16_64x128_sm90a", Family::kExpandWgmma, DType::kBF16, 64, 128, 17, 0, 1, 64, 65535 * 64, 90, true, false, false, kMaxExpandWgmmaSplit},
+    {Kernel::kExpandWgmmaBF16_128x128, "expand_wgmma_bf16_128x128_sm90a", Family::kExpandWgmma, DType::kBF16, 128, 128, 17, 0, 1, 64, 65535 * 128, 90, true, false, false, kMaxExpandWgmmaSplit},
+    {Kernel::kExpandWgmmaF16_64x128, "expand_wgmma_f16_64x128_sm90a", Family::kExpandWgmma, DType::kF16, 64, 128, 17, 0, 1, 64, 65535 * 64, 90, true, false, false, kMaxExpandWgmmaSplit},
+    {Kernel::kExpandWgmmaF16_128x128, "expand_wgmma_f16_128x128_sm90a", Family::kExpandWgmma, DType::kF16, 128, 128, 17, 0, 1, 64, 65535 * 128, 90, true, false, false, kMaxExpandWgmmaSplit},
 };
 constexpr int kNumKernels = static_cast<int>(Kernel::kCount);
 static_assert(sizeof(kKernelTable) / sizeof(kKernelTable[0]) == kNumKernels, "one kKernelTable row per Kernel");
@@ -316,6 +331,8 @@ inline bool kernel_supports(Kernel kernel, int64_t m, int64_t N, int64_t M, int6
   if (k.family == Family::kTcPrefill) return M >= 8;
   // The fused expansion: 128 / L index bytes per compressed row of a block, copied 4 at a time.
   if (k.family == Family::kExpandMma) return L <= 32;
+  // The Hopper fused expansion: a 16-byte index box covers the block's 128 / L vectors.
+  if (k.family == Family::kExpandWgmma) return L <= 128;
   // The sparse tensor cores select 2 of every 4 inputs.
   if (k.family == Family::kSparseTc || k.family == Family::kDecodeSparseTc) return N == 2 && M == 4;
   return true;
@@ -336,6 +353,11 @@ inline bool reads_tc_meta(Kernel kernel) {
 }
 // Whether a sparse_tc kernel takes a split (a power-of-two cluster of at most 8 blocks).
 inline bool sparse_tc_split_ok(int split) { return split == 1 || split == 2 || split == 4 || split == 8; }
+// The kernels whose split is a cluster of 1, 2, 4 or 8 blocks summed on chip.
+inline bool is_cluster_split_kernel(Kernel kernel) {
+  return valid_kernel(kernel) &&
+         (kernel_info(kernel).family == Family::kSparseTc || kernel_info(kernel).family == Family::kExpandWgmma);
+}
 inline bool is_dense_expand_kernel(Kernel kernel) {
   return valid_kernel(kernel) && kernel_info(kernel).family == Family::kDenseExpand;
 }
@@ -358,7 +380,7 @@ constexpr int kMaxClusterSplit = 2;
 // runs 0.95-1.00x; with the epilogue in the plain kernel's function ptxas reallocates its FFMA
 // block and every plan runs 1.5-7% slower).
 inline bool plan_reduces_in_cluster(Kernel kernel, int split_k, bool clusters) {
-  if (is_cluster_decode_kernel(kernel) || is_sparse_tc_kernel(kernel)) return true;
+  if (is_cluster_decode_kernel(kernel) || is_cluster_split_kernel(kernel)) return true;
   return clusters && split_k > 1 && split_k <= kMaxClusterSplit &&
          (is_tiled_kernel(kernel) || is_packed_kernel(kernel) || is_warp_packed_kernel(kernel));
 }

@@ -82,13 +82,13 @@ def test_half_decode_without_a_native_plan_takes_the_16_bit_kernel(dtype):
             continue
         if (N, M) == (2, 4) and n % 8 == 0 and INFO[kernel].family == "decode_sparse_tc":  # k % 8 == 4
             continue
-        # The 16-bit split-K kernel, or, where its per-row cost of x makes it dearer (larger m), the
+        # The 16-bit split-K kernel, or, where its per-row cost of x makes it dearer (larger m), a
         # fused expansion (H200, 16:32 L = 1 4096 x 4096: 30.5 us at m = 16, the split-K kernel 36.1 /
-        # 80.5 us at m = 8 / 16) or the expansion + cuBLAS in the same dtype.
-        # At L >= 4 the fp32 decode kernels on upcast inputs stay candidates, by cost.
+        # 80.5 us at m = 8 / 16; on sm_90a also the wgmma form) or the expansion + cuBLAS in the same
+        # dtype. At L >= 4 the fp32 decode kernels on upcast inputs stay candidates, by cost.
         upcast_ok = L >= 4 and INFO[kernel].family in ("decode_cluster", "decode_staged", "decode_splitk")
-        fused = INFO[kernel].family == "expand_mma" and INFO[kernel].dtype == str(dtype).split(".")[-1] and (
-            m >= 5 or n < 1024)
+        fused = INFO[kernel].family in ("expand_mma", "expand_wgmma") and (
+            INFO[kernel].dtype == str(dtype).split(".")[-1]) and (m >= 5 or n < 1024)
         assert kernel in (SHORT[dtype], DENSE[dtype]) or upcast_ok or fused, (m, n, k, N, M, L, kernel)
         if kernel == SHORT[dtype]:
             assert split == expected_split(n, k, N, M), (m, n, k, N, M, L)

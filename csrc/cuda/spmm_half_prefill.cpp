@@ -17,6 +17,7 @@
 
 #include "../ab_switches.h"
 #include "kernels/half/expand_mma_geometry.h"
+#include "kernels/half/expand_wgmma_geometry.h"
 #include "kernels/half/spmm_half.h"
 #include "spmm_params.h"
 
@@ -118,6 +119,44 @@ at::Tensor spmm_half_expand_mma(const at::Tensor& x2, const at::Tensor& values, 
   }
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   cudaError_t err = kernels::launch_expand_mma(p, tile_tokens, stream);
+  TORCH_CHECK(err == cudaSuccess, "nmspmm.spmm: kernel ", kernel_name, " (split_k=", split_k, ") failed for m=", m,
+              " n=", out, " k=", in, ": ", cudaGetErrorString(err));
+  err = kernels::launch_regather_non_finite_rows(p, out, stream);
+  TORCH_CHECK(err == cudaSuccess, "nmspmm.spmm: the non-finite row check failed for m=", m, " n=", out, ": ",
+              cudaGetErrorString(err));
+  return y;
+}
+
+// Runs an expand_wgmma_* plan (sm_90a; blocks of tile_tokens tokens, split_k blocks of a cluster
+// over k). As for expand_mma, the non-finite row check follows it.
+at::Tensor spmm_half_expand_wgmma(const at::Tensor& x2, const at::Tensor& values, const at::Tensor& indices,
+                                  int64_t N, int64_t M, int64_t L, const std::optional<at::Tensor>& bias,
+                                  int tile_tokens, int split_k, const char* kernel_name) {
+  const int64_t m = x2.size(0), in = x2.size(1), out = values.size(1);
+  TORCH_CHECK(kernels::expand_wgmma::shape_supported(out, in, N, M, L), "nmspmm.spmm_with_plan: kernel ",
+              kernel_name, " needs M <= 64, L <= 128, in_features a multiple of 8 and out_features a multiple of 8 and ",
+              "of 4 * L; got ", N, ":", M, " L=", L, " in_features=", in,
+              " out_features=", out);
+  TORCH_CHECK(split_k == 1 || split_k == 2 || split_k == 4 || split_k == 8, "nmspmm.spmm_with_plan: split_k of kernel ",
+              kernel_name, " must be 1, 2, 4 or 8, got ", split_k);
+  const auto aligned16 = [](const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; };
+  at::Tensor x = x2;
+  if (x.stride(1) != 1 || (m > 1 && (x.stride(0) < in || x.stride(0) % 8 != 0)) || !aligned16(x)) x = x.contiguous();
+  if (!aligned16(x)) x = x.clone();
+  at::Tensor vals = values.contiguous();
+  if (!aligned16(vals)) vals = vals.clone();
+  at::Tensor idx = indices.contiguous();
+  if (!aligned16(idx)) idx = idx.clone();
+  at::Tensor b;
+  if (bias.has_value()) {
+    b = bias->contiguous();
+    if (!aligned16(b)) b = b.clone();
+  }
+  at::Tensor y = at::empty({m, out}, x.options());
+  const int64_t ldx = m > 1 ? x.stride(0) : in;
+  kernels::HalfSpmmParams p = half_params(x, ldx, vals, idx, b, y, N, M, L, split_k);
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  cudaError_t err = kernels::launch_expand_wgmma(p, tile_tokens, stream);
   TORCH_CHECK(err == cudaSuccess, "nmspmm.spmm: kernel ", kernel_name, " (split_k=", split_k, ") failed for m=", m,
               " n=", out, " k=", in, ": ", cudaGetErrorString(err));
   err = kernels::launch_regather_non_finite_rows(p, out, stream);

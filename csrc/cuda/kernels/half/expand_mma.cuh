@@ -68,13 +68,6 @@ __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
                : "r"(addr));
 }
 
-// Byte offset of (dense row r, output o) in a warp's strip: rows of 80 bytes (32 outputs and 16
-// bytes of padding), so the eight 16-byte rows an ldmatrix reads fall in eight bank groups and a
-// store's address is one multiply-add.
-__device__ __forceinline__ uint32_t strip_offset(int r, int o) {
-  return static_cast<uint32_t>(r * kStripRowBytes + o * 2);
-}
-
 // G consecutive 16-bit values (G = 1, 2, 4, 8) as one register group.
 template <int G>
 struct Pack;
@@ -145,6 +138,38 @@ __device__ __forceinline__ uint32_t index_byte(typename IdxBytes<LG>::type v, in
   }
 }
 
+// The lane's 8 values rotated down by rot vectors of LG values (value j of the result is value
+// j + rot LG of v, cyclically), and its index bytes (one per vector) by rot bytes.
+__device__ __forceinline__ uint4 rotate_words(uint4 v, int words) {  // by 0..3 words
+  if (words & 2) v = make_uint4(v.z, v.w, v.x, v.y);
+  if (words & 1) v = make_uint4(v.y, v.z, v.w, v.x);
+  return v;
+}
+template <int LG>
+__device__ __forceinline__ uint4 rotate_vectors(uint4 v, int rot) {
+  const int halves = rot * LG;  // 16-bit values, 0..7
+  v = rotate_words(v, halves >> 1);
+  if (halves & 1)
+    v = make_uint4(__funnelshift_r(v.x, v.y, 16), __funnelshift_r(v.y, v.z, 16), __funnelshift_r(v.z, v.w, 16),
+                   __funnelshift_r(v.w, v.x, 16));
+  return v;
+}
+template <int LG>
+__device__ __forceinline__ typename IdxBytes<LG>::type rotate_index_bytes(typename IdxBytes<LG>::type v, int rot) {
+  if constexpr (LG == 1) {
+    if (rot & 4) v = make_uint2(v.y, v.x);
+    const int b = 8 * (rot & 3);
+    return make_uint2(__funnelshift_r(v.x, v.y, b), __funnelshift_r(v.y, v.x, b));
+  } else if constexpr (LG == 2) {
+    return __funnelshift_r(v, v, 8 * rot);
+  } else if constexpr (LG == 4) {
+    const uint32_t u = static_cast<uint32_t>(v) * 0x10001u;  // the two bytes twice
+    return static_cast<uint16_t>(u >> (8 * rot));
+  } else {
+    return v;
+  }
+}
+
 // Adds G values to those stored at a (a position repeated in unchecked index data). Out of line,
 // with the values in registers: the common path keeps no stack traffic.
 template <typename T, int G>
@@ -166,40 +191,66 @@ __device__ __noinline__ void add_to(unsigned char* a, Pack<G> v) {
 // vector (8 / LG of them). It also checks that each vector's positions ascend within every window
 // (what compress produces and validation requires); where any lane finds otherwise, the warp
 // re-zeroes its strip and takes the serial path, which adds the values of a repeated position.
-// The lane's loop-invariant part of the expansion: its first output within the CTA's 128 (col) and
-// that output's vector (icol), and 1 / N.
+// The lane's loop-invariant part of the expansion: the warp's first output within the block
+// (wbase), the byte offset of the lane's first value within the warp's (vcol), that output's
+// vector relative to the warp's first (icol), and 1 / N.
 struct ExpandLane {
-  int col, icol;
+  int wbase, vcol, icol;
   float inv_n;
 };
 
-template <typename T, int LG>
-__device__ __forceinline__ void expand_stage(const Args& a, unsigned char* strip, const unsigned char* vals,
-                                             const uint8_t* idx, int windows, int wm, int lane,
-                                             const ExpandLane& el) {
+// The pattern as the expansion sees a stage, and the pitches of the staged compressed rows: bytes
+// per row of values (val_row) and of index bytes (idx_row).
+struct ExpandShape {
+  int N, M, L, val_row, idx_row;
+};
+
+// A warp's dense strip of 64 inputs x 32 outputs in expand_mma's layout: rows of 80 bytes (32
+// outputs and 16 bytes of padding), so the eight 16-byte rows an ldmatrix reads fall in eight bank
+// groups. chunk(r, c): outputs 8c .. 8c + 7 of input r.
+struct PaddedStrip {
+  static constexpr bool kRotate = false;  // rows of 80 bytes already spread a store's lanes
+  unsigned char* base;
+  __device__ __forceinline__ unsigned char* chunk(int r, int c) const { return base + r * kStripRowBytes + c * 16; }
+  __device__ __forceinline__ void zero(int lane) const {
+#pragma unroll
+    for (int i = 0; i < kStripBytes / (16 * 32); ++i)
+      *reinterpret_cast<uint4*>(base + (i * 32 + lane) * 16) = make_uint4(0, 0, 0, 0);
+  }
+};
+
+template <typename T, int LG, typename Strip>
+__device__ __forceinline__ void expand_stage(const ExpandShape& sh, const Strip& strip, const unsigned char* vals,
+                                             const uint8_t* idx, int windows, int lane, const ExpandLane& el) {
   using Idx = typename IdxBytes<LG>::type;
   constexpr int NV = 8 / LG;  // vectors (positions) per lane-row
-  const int N = a.N, M = a.M, L = a.L;
-  const int idx_row = a.g.idx_row;
+  const int N = sh.N, M = sh.M, L = sh.L;
+  const int idx_row = sh.idx_row;
   const int rows = windows * N;
   const uint32_t mask = static_cast<uint32_t>(M - 1), mask4 = mask * 0x01010101u;
   const float inv_n = el.inv_n;
   const int og = lane & 3, sg = lane >> 2;
-  const unsigned char* vbase = vals + el.col * 2;
+  const unsigned char* vbase = vals + el.vcol;
   const uint8_t* ibase = idx + el.icol;
   bool ordered = true;
 #pragma unroll 2
   for (int r = sg; r < rows; r += 8) {
     const int g = static_cast<int>((static_cast<float>(r) + 0.5f) * inv_n);  // r / N, exact for r < 2^16
-    const Pack<8> v{*reinterpret_cast<const uint4*>(vbase + r * (kBM * 2))};
+    const Pack<8> v{*reinterpret_cast<const uint4*>(vbase + r * sh.val_row)};
     const Idx iv = *reinterpret_cast<const Idx*>(ibase + r * idx_row);
     if (r + 1 < (g + 1) * N)
       ordered = ordered && index_bytes_ascend<LG>(iv, *reinterpret_cast<const Idx*>(ibase + (r + 1) * idx_row), mask4);
-    unsigned char* row0 = strip + og * 16 + g * M * kStripRowBytes;
-    const uint32_t* w = reinterpret_cast<const uint32_t*>(&v.v);
+    const int row0 = g * M;
+    // Strips whose stores of one j would share a few banks across the warp's lanes (Strip::kRotate)
+    // take the lane's vectors rotated by sg, so that one store instruction spreads over all banks.
+    const int rot = Strip::kRotate ? sg % NV : 0;
+    const Pack<8> vr{Strip::kRotate ? rotate_vectors<LG>(v.v, rot) : v.v};
+    const Idx ir = Strip::kRotate ? rotate_index_bytes<LG>(iv, rot) : iv;
+    const uint32_t* w = reinterpret_cast<const uint32_t*>(&vr.v);
 #pragma unroll
     for (int j = 0; j < NV; ++j) {
-      unsigned char* dst = row0 + (index_byte<LG>(iv, j) & mask) * kStripRowBytes + j * LG * 2;
+      const int e = Strip::kRotate ? (j + rot) & (NV - 1) : j;  // the vector stored at step j
+      unsigned char* dst = strip.chunk(row0 + static_cast<int>(index_byte<LG>(ir, j) & mask), og) + e * LG * 2;
       if constexpr (LG == 1) {
         *reinterpret_cast<uint16_t*>(dst) = static_cast<uint16_t>(w[j >> 1] >> (16 * (j & 1)));
       } else if constexpr (LG == 2) {
@@ -207,7 +258,7 @@ __device__ __forceinline__ void expand_stage(const Args& a, unsigned char* strip
       } else if constexpr (LG == 4) {
         *reinterpret_cast<uint2*>(dst) = make_uint2(w[2 * j], w[2 * j + 1]);
       } else {
-        *reinterpret_cast<uint4*>(dst) = v.v;
+        *reinterpret_cast<uint4*>(dst) = vr.v;
       }
     }
   }
@@ -219,26 +270,23 @@ __device__ __forceinline__ void expand_stage(const Args& a, unsigned char* strip
   constexpr int P = G / LG;
   constexpr int UC = 32 / G;
   __syncwarp();
-#pragma unroll
-  for (int i = 0; i < kStripBytes / (16 * 32); ++i)
-    *reinterpret_cast<uint4*>(strip + (i * 32 + lane) * 16) = make_uint4(0, 0, 0, 0);
+  strip.zero(lane);
   __syncwarp();
   for (int u = lane; u < windows * UC; u += 32) {
     const int g = u / UC, uc = u - g * UC;
     const int o = uc * G;
-    const int c = wm * 32 + o;
     uint64_t seen[P];
 #pragma unroll
     for (int p = 0; p < P; ++p) seen[p] = 0;
     for (int s = 0; s < N; ++s) {
       const int r = g * N + s;
       Pack<G> v;
-      v.v = *reinterpret_cast<const decltype(v.v)*>(vals + c * 2 + r * (kBM * 2));
+      v.v = *reinterpret_cast<const decltype(v.v)*>(vals + o * 2 + r * sh.val_row);
 #pragma unroll
       for (int p = 0; p < P; ++p) {
-        const int pos = idx[r * idx_row + (c + p) / L] & (M - 1);
+        const int pos = idx[r * idx_row + (el.wbase + o + p) / L - el.wbase / L] & (M - 1);
         const uint64_t bit = uint64_t{1} << pos;
-        unsigned char* dst = strip + strip_offset(g * M + pos, o + p);
+        unsigned char* dst = strip.chunk(g * M + pos, (o + p) >> 3) + ((o + p) & 7) * 2;
         if (P == 1) {
           if (seen[p] & bit)
             add_to<T, G>(dst, v);
@@ -273,8 +321,9 @@ __global__ void __launch_bounds__(kThreads) expand_mma_kernel(const Args a) {
   const int wps = kBK / a.M;          // windows per stage
   const T* x = static_cast<const T*>(a.x);
   const T* values = static_cast<const T*>(a.values);
-  unsigned char* strip = smem + g.strips_off + wm * kStripBytes;
-  const uint32_t strip_s = smem_u32(strip);
+  const PaddedStrip strip{smem + g.strips_off + wm * kStripBytes};
+  const uint32_t strip_s = smem_u32(strip.base);
+  const ExpandShape sh{a.N, a.M, a.L, kBM * 2, g.idx_row};
 
   // Copy assignments, fixed per thread; the sources advance by one stage per call (stages are
   // issued in order), so a call is pointer increments and predicates only.
@@ -341,7 +390,8 @@ __global__ void __launch_bounds__(kThreads) expand_mma_kernel(const Args a) {
     if (p < nloc) issue_stage(p);
     cp_async_commit();
   }
-  const ExpandLane el{wm * 32 + (lane & 3) * 8, (wm * 32 + (lane & 3) * 8) / a.L, 1.0f / static_cast<float>(a.N)};
+  const ExpandLane el{wm * 32, (lane & 3) * 16, (wm * 32 + (lane & 3) * 8) / a.L - wm * 32 / a.L,
+                      1.0f / static_cast<float>(a.N)};
   int buf = 0, buf_next = g.stages - 1;  // the ring slots of stage it and of stage it + stages - 1
 
   // Per-lane parts of the fragment addresses (see the header comment).
@@ -365,12 +415,10 @@ __global__ void __launch_bounds__(kThreads) expand_mma_kernel(const Args a) {
 
     // Zero the strip, then fill it.
     __syncwarp();
-#pragma unroll
-    for (int i = 0; i < kStripBytes / (16 * 32); ++i)
-      *reinterpret_cast<uint4*>(strip + (i * 32 + lane) * 16) = make_uint4(0, 0, 0, 0);
+    strip.zero(lane);
     __syncwarp();
-    expand_stage<T, LG>(a, strip, sb + g.val_off, reinterpret_cast<const uint8_t*>(sb + g.idx_off), windows, wm,
-                        lane, el);
+    expand_stage<T, LG>(sh, strip, sb + g.val_off + wm * 64,
+                        reinterpret_cast<const uint8_t*>(sb + g.idx_off) + wm * 32 / a.L, windows, lane, el);
     __syncwarp();
 
     const uint32_t xs = smem_u32(sb + g.x_off);

@@ -56,6 +56,14 @@ cudaError_t launch_regather_non_finite_rows(const HalfSpmmParams& p, int64_t ldy
 // expand_mma::scratch_bytes). Shapes: expand_mma::shape_supported (expand_mma_geometry.h).
 cudaError_t launch_expand_mma(const HalfSpmmParams& p, int tile_tokens, cudaStream_t stream);
 
+// Hopper fused-expansion kernel (expand_wgmma_sm90.cuh; wgmma, sm_90a, any N:M with M <= 64 and
+// L <= 128): the compressed weight arrives by tensor copies, expansion warps write it as a dense
+// swizzled operand in shared memory, warpgroup MMAs consume it; blocks of 128 outputs x
+// tile_tokens (64 or 128) tokens, k split p.split_k ways (1, 2, 4, 8: a cluster, summed on chip).
+// Shapes: expand_wgmma::shape_supported (expand_wgmma_geometry.h); x, values, y and bias 16-byte
+// aligned, indices 4-byte aligned. cudaErrorInvalidDevice on a device other than compute capability 9.0.
+cudaError_t launch_expand_wgmma(const HalfSpmmParams& p, int tile_tokens, cudaStream_t stream);
+
 // Decode kernels (small m): stream the compressed weight. `config` selects a variant.
 size_t half_decode_scratch_bytes(const HalfSpmmParams& p, int config);
 cudaError_t launch_half_decode(const HalfSpmmParams& p, int config, cudaStream_t stream);

@@ -134,6 +134,65 @@ __device__ __forceinline__ float to_f32<__half>(uint16_t bits) {
   return __half2float(__ushort_as_half(bits));
 }
 
+// Epilogue, first step (a consumer thread whose wgmma have completed, once every consumer's wgmma
+// has read its last stage): its accumulators, rows r0 and r0 + 8 of the tile, into the fp32 staging
+// tile [token][output] (row pitch kEpiPitch) at the start of shared memory.
+template <int BN>
+__device__ __forceinline__ void stage_accumulators(float* stage_f, const float* acc, int r0, int lane) {
+  const int c0 = 2 * (lane & 3);
+#pragma unroll
+  for (int j = 0; j < BN / 8; ++j) {
+    const int c = 8 * j + c0;
+    stage_f[c * kEpiPitch + r0] = acc[4 * j + 0];
+    stage_f[(c + 1) * kEpiPitch + r0] = acc[4 * j + 1];
+    stage_f[c * kEpiPitch + r0 + 8] = acc[4 * j + 2];
+    stage_f[(c + 1) * kEpiPitch + r0 + 8] = acc[4 * j + 3];
+  }
+}
+
+// Epilogue, second step (consumer threads ct = 0..255, once the staged tiles of every block of the
+// cluster are visible): 8 outputs of one token summed over the split's tiles in rank order
+// (deterministic; block r takes rows [r * 128 / split, ...)), bias added in fp32, one 16-byte store.
+template <typename T, int BN>
+__device__ __forceinline__ void store_tile(const unsigned char* smem, uint32_t sbase, int ct, int split, int64_t t0,
+                                           int64_t n0, int64_t m, int64_t n, const uint16_t* bias, uint16_t* y) {
+  const int rows = kBM / split, chunks = rows / 8;
+  const int row_base = (split > 1 ? static_cast<int>(cluster_rank()) : 0) * rows;
+  for (int idx = ct; idx < chunks * BN; idx += 256) {
+    const int col = idx / chunks, row = row_base + 8 * (idx - col * chunks);
+    const int64_t token = t0 + col, out = n0 + row;
+    if (token >= m || out >= n) continue;
+    const uint32_t off = sbase + static_cast<uint32_t>((col * kEpiPitch + row) * 4);
+    float4 lo = make_float4(0.f, 0.f, 0.f, 0.f), hi = lo;
+    for (int q = 0; q < split; ++q) {
+      float4 u, v;
+      if (split > 1) {
+        u = ld_dsmem_f4(off, q);
+        v = ld_dsmem_f4(off + 16, q);
+      } else {
+        const float* p = reinterpret_cast<const float*>(smem) + col * kEpiPitch + row;
+        u = *reinterpret_cast<const float4*>(p);
+        v = *reinterpret_cast<const float4*>(p + 4);
+      }
+      lo.x += u.x; lo.y += u.y; lo.z += u.z; lo.w += u.w;
+      hi.x += v.x; hi.y += v.y; hi.z += v.z; hi.w += v.w;
+    }
+    if (bias != nullptr) {
+      const uint4 b = *reinterpret_cast<const uint4*>(bias + out);
+      lo.x += to_f32<T>(b.x & 0xFFFF); lo.y += to_f32<T>(b.x >> 16);
+      lo.z += to_f32<T>(b.y & 0xFFFF); lo.w += to_f32<T>(b.y >> 16);
+      hi.x += to_f32<T>(b.z & 0xFFFF); hi.y += to_f32<T>(b.z >> 16);
+      hi.z += to_f32<T>(b.w & 0xFFFF); hi.w += to_f32<T>(b.w >> 16);
+    }
+    uint4 o;
+    o.x = pack2<T>(lo.x, lo.y);
+    o.y = pack2<T>(lo.z, lo.w);
+    o.z = pack2<T>(hi.x, hi.y);
+    o.w = pack2<T>(hi.z, hi.w);
+    *reinterpret_cast<uint4*>(y + token * n + out) = o;
+  }
+}
+
 template <typename T, int BN, int MINB>
 __global__ void __launch_bounds__(kThreads, MINB)
     sparse_tc_kernel(const Args a, const __grid_constant__ CUtensorMap tm_x, const __grid_constant__ CUtensorMap tm_v,
@@ -224,16 +283,7 @@ __global__ void __launch_bounds__(kThreads, MINB)
     fence_accumulators(acc);
     // Every consumer's wgmma has read its last stage before the staging overwrites the pipeline.
     named_barrier_sync(1, 256);
-    float* stage_f = reinterpret_cast<float*>(smem);
-    const int c0 = 2 * (lane & 3);
-#pragma unroll
-    for (int j = 0; j < BN / 8; ++j) {
-      const int c = 8 * j + c0;
-      stage_f[c * kEpiPitch + r0] = acc[4 * j + 0];
-      stage_f[(c + 1) * kEpiPitch + r0] = acc[4 * j + 1];
-      stage_f[c * kEpiPitch + r0 + 8] = acc[4 * j + 2];
-      stage_f[(c + 1) * kEpiPitch + r0 + 8] = acc[4 * j + 3];
-    }
+    stage_accumulators<BN>(reinterpret_cast<float*>(smem), acc, r0, lane);
   }
   // The partial tiles are staged (split > 1: in every block of the cluster).
   if (split > 1) {
@@ -241,45 +291,7 @@ __global__ void __launch_bounds__(kThreads, MINB)
   } else {
     __syncthreads();
   }
-  if (tid < 256) {
-    const int ct = tid;
-    const int rows = kBM / split, chunks = rows / 8;
-    const int row_base = (split > 1 ? static_cast<int>(cluster_rank()) : 0) * rows;
-    const uint32_t stage_addr = sbase;
-    for (int idx = ct; idx < chunks * BN; idx += 256) {
-      const int col = idx / chunks, row = row_base + 8 * (idx - col * chunks);
-      const int64_t token = t0 + col, out = n0 + row;
-      if (token >= a.m || out >= a.n) continue;
-      const uint32_t off = stage_addr + static_cast<uint32_t>((col * kEpiPitch + row) * 4);
-      float4 lo = make_float4(0.f, 0.f, 0.f, 0.f), hi = lo;
-      for (int q = 0; q < split; ++q) {
-        float4 u, v;
-        if (split > 1) {
-          u = ld_dsmem_f4(off, q);
-          v = ld_dsmem_f4(off + 16, q);
-        } else {
-          const float* p = reinterpret_cast<const float*>(smem) + col * kEpiPitch + row;
-          u = *reinterpret_cast<const float4*>(p);
-          v = *reinterpret_cast<const float4*>(p + 4);
-        }
-        lo.x += u.x; lo.y += u.y; lo.z += u.z; lo.w += u.w;
-        hi.x += v.x; hi.y += v.y; hi.z += v.z; hi.w += v.w;
-      }
-      if (a.bias != nullptr) {
-        const uint4 b = *reinterpret_cast<const uint4*>(a.bias + out);
-        lo.x += to_f32<T>(b.x & 0xFFFF); lo.y += to_f32<T>(b.x >> 16);
-        lo.z += to_f32<T>(b.y & 0xFFFF); lo.w += to_f32<T>(b.y >> 16);
-        hi.x += to_f32<T>(b.z & 0xFFFF); hi.y += to_f32<T>(b.z >> 16);
-        hi.z += to_f32<T>(b.w & 0xFFFF); hi.w += to_f32<T>(b.w >> 16);
-      }
-      uint4 o;
-      o.x = pack2<T>(lo.x, lo.y);
-      o.y = pack2<T>(lo.z, lo.w);
-      o.z = pack2<T>(hi.x, hi.y);
-      o.w = pack2<T>(hi.z, hi.w);
-      *reinterpret_cast<uint4*>(a.y + token * a.n + out) = o;
-    }
-  }
+  if (tid < 256) store_tile<T, BN>(smem, sbase, tid, split, t0, n0, a.m, a.n, a.bias, a.y);
   // No block may exit while another block of its cluster still reads its staged tile.
   if (split > 1) cluster_sync_all();
 #endif
