@@ -36,7 +36,12 @@ with gradients one more in the backward (Megatron's f and g: the column-parallel
 input gradient over the ranks; the row-parallel reduction passes its gradient through). Attention is split
 by heads: every rank keeps ``num_attention_heads/W`` query heads and ``num_key_value_heads/W``
 key/value heads, and the attention module's reshapes (``view(..., -1, head_dim)``) and its
-``num_key_value_groups`` stay valid unchanged. Embeddings, norms and lm_head stay replicated.
+``num_key_value_groups`` stay valid unchanged. The vocabulary is split too (Megatron's
+vocabulary-parallel embedding and output layer): rank r keeps rows ``[r*V/W, (r+1)*V/W)`` of the
+token embedding (:class:`VocabParallelEmbedding`, one more all-reduce per forward) and of lm_head
+(:class:`VocabParallelLMHead`, its logits slice gathered over the ranks into the full logits);
+tied weights stay one tensor. A vocabulary that does not divide by W stays replicated, as do the
+norms.
 """
 from __future__ import annotations
 
@@ -56,7 +61,8 @@ except ImportError:  # a torch built without torch.distributed: the styles canno
 
 __all__ = ["parallelize_", "check_parallelizable", "from_pretrained", "ColumnParallelNMLinear", "RowParallelNMLinear",
            "ColumnParallelCSRLinear", "RowParallelCSRLinear", "ColumnParallelLinear", "RowParallelLinear",
-           "NMColwiseParallel", "NMRowwiseParallel", "llama_tp_plan"]
+           "VocabParallelEmbedding", "VocabParallelLMHead", "NMColwiseParallel", "NMRowwiseParallel",
+           "NMVocabParallel", "llama_tp_plan"]
 
 _ATTN_COLUMN = ("q_proj", "k_proj", "v_proj")
 _ATTN_ROW = "o_proj"
@@ -69,6 +75,66 @@ def _all_reduce(t: torch.Tensor, group) -> torch.Tensor:
 
     y = funcol.all_reduce(t, "sum", group)
     return y.wait() if isinstance(y, funcol.AsyncCollectiveTensor) else y
+
+
+def _sum_over_ranks(y: torch.Tensor, group) -> torch.Tensor:
+    """``y`` (a fresh partial result this module owns) summed over ``group``. Eager and without
+    gradients it is reduced in place by ``torch.distributed.all_reduce``: the functional collective
+    costs several times its host time (an output allocation, a wrapper tensor, a wait), and at
+    prefill the host time is what the ranks wait on. Traced, or with gradients, the functional one
+    (``torch.compile`` sees it, autograd through Megatron's g)."""
+    if torch.is_grad_enabled() and y.requires_grad:
+        return _ReduceFromParallel.apply(y, group)
+    if torch.compiler.is_compiling():
+        return _all_reduce(y, group)
+    import torch.distributed as dist
+
+    dist.all_reduce(y, group=group)
+    return y
+
+
+def _sequence_parallel_applies(x: torch.Tensor, world: int, tokens: Optional[int] = None) -> bool:
+    """Whether a sequence-parallel layer splits this forward's sequence (``tokens``, else
+    ``x.shape[1]`` of an [B, T, ...] input) over ``world`` ranks: without gradients (its
+    collectives have none) and when T divides into ``world`` slices, so prefill but not a decode
+    step. The layer and its row-parallel projections decide by this one rule."""
+    if torch.is_grad_enabled() or x.dim() < 3:
+        return False
+    t = x.shape[1] if tokens is None else tokens
+    return t >= world and t % world == 0
+
+
+def _gather_sequence(x: torch.Tensor, group, world: int) -> torch.Tensor:
+    """[B, T/W, ...] slices of the sequence, one per rank in rank order -> [B, T, ...]."""
+    if torch.compiler.is_compiling():
+        from torch.distributed import _functional_collectives as funcol
+
+        gather = getattr(funcol, "all_gather_single", None) or funcol.all_gather_tensor
+        y = gather(x.contiguous(), 1, group)
+        return y.wait() if isinstance(y, funcol.AsyncCollectiveTensor) else y
+    import torch.distributed as dist
+
+    out = x.new_empty(world * x.numel())
+    dist.all_gather_into_tensor(out, x.contiguous().view(-1), group=group)
+    # [W, B, t, ...] -> [B, W*t, ...] (a view for B = 1)
+    return out.view((world,) + tuple(x.shape)).transpose(0, 1).reshape(
+        (x.shape[0], world * x.shape[1]) + tuple(x.shape[2:]))
+
+
+def _scatter_sequence(y: torch.Tensor, group, world: int) -> torch.Tensor:
+    """Partial sums [B, T, ...] -> this rank's slice [B, T/W, ...] of their sum over the ranks."""
+    if torch.compiler.is_compiling():
+        from torch.distributed import _functional_collectives as funcol
+
+        out = funcol.reduce_scatter_tensor(y.contiguous(), "sum", 1, group)
+        return out.wait() if isinstance(out, funcol.AsyncCollectiveTensor) else out
+    import torch.distributed as dist
+
+    B, T = y.shape[0], y.shape[1]
+    parts = y.reshape((B, world, T // world) + tuple(y.shape[2:])).transpose(0, 1).contiguous()  # [W, B, t, ...]
+    out = y.new_empty(tuple(parts.shape[1:]))
+    dist.reduce_scatter_tensor(out.view(-1), parts.view(-1), group=group)
+    return out
 
 
 class _CopyToParallel(torch.autograd.Function):
@@ -130,15 +196,16 @@ class _RowParallel:
     def _partial(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.dtype]:
         raise NotImplementedError
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        from torch.distributed import _functional_collectives as funcol
+    tp_sequence_parallel: bool = False  # in a sequence-parallel decoder layer (parallelize_(..., sequence_parallel=True))
 
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         # No bias in the partial products: it would be summed W times.
         y, out_dtype = self._partial(x)
-        if torch.is_grad_enabled() and y.requires_grad:
-            y = _ReduceFromParallel.apply(y, self.tp_group)
+        if self.tp_sequence_parallel and _sequence_parallel_applies(x, self.tp_world):
+            # The layer keeps this rank's slice of the sequence: reduce-scatter instead of all-reduce.
+            y = _scatter_sequence(y, self.tp_group, self.tp_world)
         else:
-            y = funcol.all_reduce(y, "sum", self.tp_group)
+            y = _sum_over_ranks(y, self.tp_group)
         bias = self._parameters["bias"]
         if bias is not None:
             y = y + bias
@@ -194,8 +261,57 @@ class RowParallelLinear(_RowParallel, nn.Linear):
         return nn.functional.linear(x, self.weight), x.dtype
 
 
+class _GatherFromParallel(torch.autograd.Function):
+    """Concatenates the ranks' slices of the last dimension; the backward keeps this rank's slice."""
+
+    @staticmethod
+    def forward(ctx, y, group, rank, world):
+        from torch.distributed import _functional_collectives as funcol
+
+        ctx.rank, ctx.world = rank, world
+        gather = getattr(funcol, "all_gather_single", None) or funcol.all_gather_tensor  # (the name of torch >= 2.13)
+        out = gather(y.contiguous(), y.dim() - 1, group)
+        return out.wait() if isinstance(out, funcol.AsyncCollectiveTensor) else out
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad.chunk(ctx.world, -1)[ctx.rank], None, None, None
+
+
+class VocabParallelEmbedding(nn.Embedding):
+    """One rank's rows ``[vocab_start, vocab_start + num_embeddings)`` of the token embedding
+    (Megatron's vocabulary-parallel embedding): a token outside the slice looks up zeros, and one
+    all-reduce sums the ranks' rows into the full embedding, exactly (one rank adds the row, the
+    others zeros)."""
+
+    tp_rank: int = 0
+    tp_world: int = 1
+    tp_group = None
+    vocab_start: int = 0
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        local = ids - self.vocab_start
+        outside = (local < 0) | (local >= self.num_embeddings)
+        y = nn.functional.embedding(local.masked_fill(outside, 0), self.weight, self.padding_idx)
+        return _sum_over_ranks(y.masked_fill(outside.unsqueeze(-1), 0), self.tp_group)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, tp=vocab {self.tp_rank}/{self.tp_world} from {self.vocab_start}"
+
+
+class VocabParallelLMHead(_ColumnParallel, nn.Linear):
+    """One rank's rows (vocabulary entries) of the output projection: its logits slice, gathered
+    over the ranks into the full logits (no sum, so the logits are exactly the unsplit layer's)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = super().forward(x)
+        if self.tp_world == 1:
+            return y
+        return _GatherFromParallel.apply(y, self.tp_group, self.tp_rank, self.tp_world)
+
+
 _PARALLEL = (ColumnParallelNMLinear, RowParallelNMLinear, ColumnParallelCSRLinear, RowParallelCSRLinear,
-             ColumnParallelLinear, RowParallelLinear)
+             ColumnParallelLinear, RowParallelLinear, VocabParallelEmbedding, VocabParallelLMHead)
 _SPLITTABLE = "an NMLinear, a CSRLinear or a dense nn.Linear"
 
 
@@ -359,6 +475,111 @@ def _split(mod: nn.Module, kind: str, rank: int, world: int, group) -> nn.Module
     return shard
 
 
+def _vocab_modules(model: nn.Module):
+    """(embedding, output head, tied) when ``parallelize_`` splits the vocabulary of ``model``
+    (an ``nn.Embedding`` input and, if any, an ``nn.Linear`` head over the same vocabulary), else
+    None. A vocabulary that does not divide by the ranks stays replicated."""
+    get_in, get_out = getattr(model, "get_input_embeddings", None), getattr(model, "get_output_embeddings", None)
+    emb = get_in() if get_in else None
+    head = get_out() if get_out else None
+    if type(emb) is not nn.Embedding:
+        return None
+    if head is not None and (type(head) is not nn.Linear or head.out_features != emb.num_embeddings):
+        head = None
+    return emb, head, head is not None and head.weight is emb.weight
+
+
+def _vocab_range(vocab: int, rank: int, world: int) -> Tuple[int, int]:
+    part = vocab // world
+    return rank * part, (rank + 1) * part
+
+
+def _vocab_embedding(weight: torch.Tensor, padding_idx, lo: int, rank: int, world: int, group,
+                     requires_grad: bool = False) -> VocabParallelEmbedding:
+    rows = weight.shape[0]
+    local_pad = padding_idx - lo if padding_idx is not None and lo <= padding_idx < lo + rows else None
+    emb = VocabParallelEmbedding(rows, weight.shape[1], padding_idx=local_pad, device="meta")
+    emb.weight = nn.Parameter(weight, requires_grad=requires_grad)
+    emb.tp_rank, emb.tp_world, emb.tp_group, emb.vocab_start = rank, world, group, lo
+    return emb
+
+
+def _vocab_head(weight: nn.Parameter, bias, rank: int, world: int, group) -> VocabParallelLMHead:
+    head = VocabParallelLMHead(weight.shape[1], weight.shape[0], bias=bias is not None, device="meta")
+    head.weight = weight  # a Parameter: the embedding's own when the two are tied
+    if bias is not None:
+        head.bias = nn.Parameter(bias, requires_grad=False)
+    head.tp_rank, head.tp_world, head.tp_group = rank, world, group
+    return head
+
+
+def _split_vocab(model: nn.Module, rank: int, world: int, group) -> None:
+    """Replace the embedding and the output head by this rank's vocabulary slice (tied weights
+    stay tied: both shards hold one Parameter)."""
+    found = _vocab_modules(model)
+    if found is None or found[0].num_embeddings % world:
+        return
+    emb, head, tied = found
+    lo, hi = _vocab_range(emb.num_embeddings, rank, world)
+    new_emb = _vocab_embedding(emb.weight.detach()[lo:hi].clone(), emb.padding_idx, lo, rank, world, group,
+                               emb.weight.requires_grad)
+    model.set_input_embeddings(new_emb)
+    if head is not None:
+        weight = new_emb.weight if tied else nn.Parameter(head.weight.detach()[lo:hi].clone(),
+                                                          requires_grad=head.weight.requires_grad)
+        bias = None if head.bias is None else head.bias.detach()[lo:hi].clone()
+        model.set_output_embeddings(_vocab_head(weight, bias, rank, world, group))
+
+
+def _sequence_parallel_forward(self, hidden_states: torch.Tensor, *args, **kwargs):
+    """A decoder layer's forward with the sequence split over the ranks (Megatron's sequence
+    parallelism): the norms and the residual adds run on this rank's slice of the tokens, an
+    all-gather brings the normed slices to the attention and the MLP, whose row-parallel
+    projections reduce-scatter their partial sums back into slices instead of all-reducing them.
+    The same bytes cross the links as with two all-reduces, and the work of the norms and residual
+    adds is divided by W. The first layer takes its slice of the full hidden state, the last one
+    gathers its output. Without the conditions of ``_sequence_parallel_applies`` (gradients, a
+    decode step) it is the layer's own forward."""
+    group, rank, world, first, last = self._nmspmm_sequence_parallel
+    pe = kwargs.get("position_embeddings")
+    if args or not isinstance(pe, (tuple, list)) or not _sequence_parallel_applies(hidden_states, world,
+                                                                                    pe[0].shape[-2]):
+        return super(type(self), self).forward(hidden_states, *args, **kwargs)
+    if first:
+        hidden_states = hidden_states.chunk(world, 1)[rank]
+    residual = hidden_states
+    x = _gather_sequence(self.input_layernorm(hidden_states), group, world)
+    hidden_states = residual + self.self_attn(hidden_states=x, **kwargs)[0]
+    residual = hidden_states
+    x = _gather_sequence(self.post_attention_layernorm(hidden_states), group, world)
+    hidden_states = residual + self.mlp(x)
+    return _gather_sequence(hidden_states, group, world) if last else hidden_states
+
+
+_SEQUENCE_PARALLEL_CLASSES: dict = {}
+
+
+def _enable_sequence_parallel(model: nn.Module, rank: int, world: int, group) -> int:
+    """Make every Llama-style decoder layer of ``model`` (input_layernorm, self_attn with a
+    row-parallel o_proj, post_attention_layernorm, mlp with a row-parallel down_proj) sequence
+    parallel (its class becomes a subclass with ``_sequence_parallel_forward``); returns how many."""
+    layers = [m for m in model.modules()
+              if all(hasattr(m, n) for n in ("input_layernorm", "self_attn", "post_attention_layernorm", "mlp"))
+              and isinstance(getattr(m.self_attn, _ATTN_ROW, None), _RowParallel)
+              and isinstance(getattr(m.mlp, _MLP_ROW, None), _RowParallel)]
+    for i, layer in enumerate(layers):
+        cls = type(layer)
+        if cls not in _SEQUENCE_PARALLEL_CLASSES.values():
+            if cls not in _SEQUENCE_PARALLEL_CLASSES:
+                _SEQUENCE_PARALLEL_CLASSES[cls] = type(f"SequenceParallel{cls.__name__}", (cls,),
+                                                       {"forward": _sequence_parallel_forward})
+            layer.__class__ = _SEQUENCE_PARALLEL_CLASSES[cls]
+        layer._nmspmm_sequence_parallel = (group, rank, world, i == 0, i == len(layers) - 1)
+        getattr(layer.self_attn, _ATTN_ROW).tp_sequence_parallel = True
+        getattr(layer.mlp, _MLP_ROW).tp_sequence_parallel = True
+    return len(layers)
+
+
 def _resolve_group(mesh_or_group):
     import torch.distributed as dist
 
@@ -378,12 +599,19 @@ def _resolve_group(mesh_or_group):
 
 
 @torch.no_grad()
-def parallelize_(model: nn.Module, mesh_or_group=None) -> nn.Module:
+def parallelize_(model: nn.Module, mesh_or_group=None, *, sequence_parallel: bool = False) -> nn.Module:
     """Split a model already passed through :func:`nmspmm.sparsify_` over the ranks of
     ``mesh_or_group`` (a 1-D ``DeviceMesh``, a ``ProcessGroup``, or None for the default group),
     in place, and return it. Every rank must call it on an identical full model (same weights),
     placed on that rank's device. All checks (:func:`check_parallelizable`) run before anything
-    changes."""
+    changes.
+
+    ``sequence_parallel=True`` also splits the tokens of each decoder layer's norms and residual
+    adds over the ranks where the sequence divides by W and no gradient is recorded (prefill
+    under ``torch.no_grad`` / ``inference_mode``), with a reduce-scatter and an all-gather in
+    place of each all-reduce: faster prefill, the same logits. The intermediate hidden states
+    (``output_hidden_states``) of such a forward are then each rank's slice of the sequence,
+    except the last."""
     import torch.distributed as dist
 
     group = _resolve_group(mesh_or_group)
@@ -395,6 +623,9 @@ def parallelize_(model: nn.Module, mesh_or_group=None) -> nn.Module:
             for name in columns:
                 setattr(block, name, _shard_layer(block._modules[name], "column", rank, world, group))
             setattr(block, row, _shard_layer(block._modules[row], "row", rank, world, group))
+    _split_vocab(model, rank, world, group)
+    if sequence_parallel:
+        _enable_sequence_parallel(model, rank, world, group)
     model._nmspmm_tp = (rank, world)
     return model
 
@@ -460,14 +691,57 @@ class NMRowwiseParallel(_NMStyle):
     kind = "row"
 
 
-def llama_tp_plan(prefix: str = "model.layers.*") -> dict:
+class NMVocabParallel(_ParallelStyle):
+    """``parallelize_module`` style for the token embedding (an ``nn.Embedding``) or the output
+    head (an ``nn.Linear`` over the vocabulary): this rank keeps vocabulary rows
+    ``[r*V/W, (r+1)*V/W)`` and becomes a :class:`VocabParallelEmbedding` (one all-reduce) or a
+    :class:`VocabParallelLMHead` (the logits gathered). Applied one module at a time, tied weights
+    become two shards; :func:`parallelize_` keeps them one."""
+
+    def _apply(self, module: nn.Module, device_mesh) -> nn.Module:
+        import torch.distributed as dist
+
+        if isinstance(module, _PARALLEL):
+            raise ValueError(f"nmspmm.NMVocabParallel: the layer is already tensor-parallel ({type(module).__name__})")
+        if type(module) not in (nn.Embedding, nn.Linear):
+            raise ValueError(f"nmspmm.NMVocabParallel: expects an nn.Embedding or an nn.Linear head, got a "
+                             f"{type(module).__name__}")
+        group = _resolve_group(device_mesh)
+        rank, world = dist.get_rank(group), dist.get_world_size(group)
+        embedding = type(module) is nn.Embedding
+        vocab = module.num_embeddings if embedding else module.out_features
+        if vocab % world:
+            raise ValueError(f"nmspmm.NMVocabParallel: the vocabulary ({vocab}) is not divisible by "
+                             f"world_size={world}")
+        lo, hi = _vocab_range(vocab, rank, world)
+        weight = module.weight.detach()[lo:hi].clone()
+        if embedding:
+            shard = _vocab_embedding(weight, module.padding_idx, lo, rank, world, group,
+                                     module.weight.requires_grad)
+        else:
+            shard = _vocab_head(nn.Parameter(weight, requires_grad=module.weight.requires_grad),
+                                None if module.bias is None else module.bias.detach()[lo:hi].clone(),
+                                rank, world, group)
+        module.__class__ = type(shard)
+        module.__dict__.clear()
+        module.__dict__.update(shard.__dict__)
+        return module
+
+    def __repr__(self) -> str:
+        return "NMVocabParallel()"
+
+
+def llama_tp_plan(prefix: str = "model.layers.*", vocab: Tuple[str, ...] = ("model.embed_tokens", "lm_head")) -> dict:
     """The ``parallelize_module`` plan of :func:`parallelize_` for a Hugging Face Llama-style
     model: q/k/v and gate/up with :class:`NMColwiseParallel`, o and down with
-    :class:`NMRowwiseParallel`, under ``prefix`` (the decoder layers)."""
+    :class:`NMRowwiseParallel`, under ``prefix`` (the decoder layers); the modules named in
+    ``vocab`` (the embedding and the head; ``()`` keeps them replicated) with
+    :class:`NMVocabParallel`."""
     plan = {f"{prefix}.self_attn.{n}": NMColwiseParallel() for n in _ATTN_COLUMN}
     plan[f"{prefix}.self_attn.{_ATTN_ROW}"] = NMRowwiseParallel()
     plan.update({f"{prefix}.mlp.{n}": NMColwiseParallel() for n in _MLP_COLUMN})
     plan[f"{prefix}.mlp.{_MLP_ROW}"] = NMRowwiseParallel()
+    plan.update({name: NMVocabParallel() for name in vocab})
     return plan
 
 
@@ -547,14 +821,14 @@ def _read_shard(get_slice, fqn: str, layer: nn.Module, kind: str, lo: int, hi: i
 
 
 def from_pretrained(directory: str, mesh_or_group=None, *, dtype: Optional[torch.dtype] = None,
-                    device=None, model_cls=None) -> nn.Module:
+                    device=None, model_cls=None, sequence_parallel: bool = False) -> nn.Module:
     """Load an nmspmm checkpoint (``save_pretrained`` of a sparsified model, one or several
     safetensors files) straight into this rank's tensor-parallel shard: the model of
     :func:`parallelize_` on the full checkpoint, but each rank reads only its own slices of the
-    split projections (safetensors ``get_slice``) and no full sparse weight is built on any rank.
-    Embeddings, norms and lm_head are read whole (they stay replicated). Call it on every rank of
+    split projections and of the split vocabulary (safetensors ``get_slice``), and no full sparse
+    weight is built on any rank; the norms are read whole. Call it on every rank of
     the group after ``init_process_group``; ``dtype`` casts the floating tensors, ``device`` moves
-    the model after loading. The checks of :func:`check_parallelizable` run before any tensor is
+    the model after loading, ``sequence_parallel`` is :func:`parallelize_`'s. The checks of :func:`check_parallelizable` run before any tensor is
     read."""
     import json
     import os
@@ -603,6 +877,22 @@ def from_pretrained(directory: str, mesh_or_group=None, *, dtype: Optional[torch
         parent, _, leaf = fqn.rpartition(".")
         owner = model.get_submodule(parent)
         setattr(owner, leaf, _empty_shard(owner._modules[leaf], kind, world, group, rank))
+    # The vocabulary slices {fqn: (lo, hi)} of the embedding and the head, where parallelize_ splits them.
+    vocab_plan, vocab = {}, _vocab_modules(model)
+    if vocab is not None and vocab[0].num_embeddings % world == 0:
+        emb, head, tied = vocab
+        names = {id(m): fqn for fqn, m in model.named_modules()}
+        lo, hi = _vocab_range(emb.num_embeddings, rank, world)
+        new_emb = _vocab_embedding(torch.empty(hi - lo, emb.embedding_dim, device="meta", dtype=emb.weight.dtype),
+                                   emb.padding_idx, lo, rank, world, group)
+        vocab_plan[names[id(emb)]] = (lo, hi)
+        model.set_input_embeddings(new_emb)
+        if head is not None:
+            vocab_plan[names[id(head)]] = (lo, hi)
+            weight = new_emb.weight if tied else nn.Parameter(
+                torch.empty(hi - lo, head.in_features, device="meta", dtype=head.weight.dtype), requires_grad=False)
+            bias = None if head.bias is None else torch.empty(hi - lo, device="meta", dtype=head.bias.dtype)
+            model.set_output_embeddings(_vocab_head(weight, bias, rank, world, group))
 
     files = sorted(os.path.join(directory, f) for f in os.listdir(directory) if f.endswith(".safetensors"))
     if not files:
@@ -629,9 +919,12 @@ def from_pretrained(directory: str, mesh_or_group=None, *, dtype: Optional[torch
                 raise ValueError(f"nmspmm.parallel.from_pretrained: {fqn}._extra_state is {full}, the layer "
                                  f"is {layer.N}:{layer.M}:{layer.L}")
             state[f"{fqn}._extra_state"] = model.get_submodule(fqn).get_extra_state()
-    for key, f in where.items():  # the replicated tensors, whole
+    for key, f in where.items():  # the replicated tensors whole, the vocabulary's rows by slice
         fqn = key.rpartition(".")[0]
-        if key in wanted and fqn not in plan:
+        if key in wanted and fqn in vocab_plan:
+            lo, hi = vocab_plan[fqn]
+            state[key] = f.get_slice(key)[lo:hi].contiguous()
+        elif key in wanted and fqn not in plan:
             state[key] = f.get_tensor(key)  # (not wanted: the zero-size dense-loader markers, tied copies)
     if dtype is not None:
         state = {k: t.to(dtype) if t.is_floating_point() else t for k, t in state.items()}
@@ -639,7 +932,10 @@ def from_pretrained(directory: str, mesh_or_group=None, *, dtype: Optional[torch
     if missing:
         raise ValueError(f"nmspmm.parallel.from_pretrained: the checkpoint lacks {', '.join(missing[:8])}")
     model.load_state_dict(state, strict=False, assign=True)
-    if "lm_head.weight" not in state and getattr(config, "tie_word_embeddings", False):
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if isinstance(head, VocabParallelLMHead) and vocab[2]:  # tied: the head shares the embedding's slice
+        head.weight = model.get_input_embeddings().weight
+    elif "lm_head.weight" not in state and getattr(config, "tie_word_embeddings", False):
         model.tie_weights()
     for fqn, p in model.named_parameters():
         if p.is_meta:
@@ -648,5 +944,7 @@ def from_pretrained(directory: str, mesh_or_group=None, *, dtype: Optional[torch
     for mod in model.modules():
         if isinstance(mod, NMLinear):
             mod.rebuild_metadata()
+    if sequence_parallel:
+        _enable_sequence_parallel(model, rank, world, group)
     model._nmspmm_tp = (rank, world)
     return model.to(device) if device is not None else model

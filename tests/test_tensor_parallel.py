@@ -13,7 +13,7 @@ from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
 import nmspmm  # noqa: E402
 from nmspmm.parallel import (ColumnParallelNMLinear, RowParallelNMLinear,  # noqa: E402
-                             check_parallelizable)
+                             VocabParallelEmbedding, VocabParallelLMHead, check_parallelizable)
 
 WORLD = 2
 
@@ -91,6 +91,8 @@ def _mixed_worker(rank, port, directory):
         want = dict(expected_grads)
         want["q_proj.bias"] = want["q_proj.bias"][lo_out:hi_out]
         want["gate_proj.weight"] = want["gate_proj.weight"][rank * 512 // WORLD:(rank + 1) * 512 // WORLD]
+        vocab = slice(rank * 512 // WORLD, (rank + 1) * 512 // WORLD)  # the vocabulary rows of this rank
+        want["embedding"], want["lm_head.weight"] = want["embedding"][vocab], want["lm_head.weight"][vocab]
         for name, w in want.items():
             err = (got[name] - w).abs().max().item()
             assert err <= 1e-5 * max(w.abs().max().item(), 1e-30), f"rank {rank}: {name} grad differs by {err}"
@@ -113,15 +115,16 @@ def _mixed_worker(rank, port, directory):
 
 
 def _mixed_grads(model, ids):
-    """The loss and the gradients of a replicated tensor (the embedding), of a column-parallel CSR
-    bias, a row-parallel CSR bias and a column-parallel dense weight, after one cross-entropy
-    backward."""
+    """The loss and the gradients of the embedding and the head (vocabulary-parallel), of a
+    column-parallel CSR bias, a row-parallel CSR bias and a column-parallel dense weight, after one
+    cross-entropy backward."""
     model.zero_grad(set_to_none=True)
     logits = model(ids, use_cache=False).logits
     loss = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), ids[:, 1:].flatten())
     loss.backward()
     layer = model.model.layers[1]
     return {"loss": loss.detach(), "embedding": model.model.embed_tokens.weight.grad.clone(),
+            "lm_head.weight": model.lm_head.weight.grad.clone(),
             "q_proj.bias": layer.self_attn.q_proj.bias.grad.clone(),
             "o_proj.bias": layer.self_attn.o_proj.bias.grad.clone(),
             "gate_proj.weight": layer.mlp.gate_proj.weight.grad.clone()}
@@ -149,12 +152,23 @@ def _worker(rank, port):
         return sum(t.numel() * t.element_size() for mod in m.modules() if isinstance(mod, nmspmm.NMLinear)
                    for t in list(mod.buffers(recurse=False)) + list(mod.parameters(recurse=False)))
 
-    full_bytes = sparse_bytes(model)
+    def all_bytes(m):  # every parameter and buffer of the model
+        return sum(t.numel() * t.element_size() for t in list(m.parameters()) + list(m.buffers()))
+
+    full_bytes, full_model_bytes = sparse_bytes(model), all_bytes(model)
+    emb, head = model.model.embed_tokens.weight.clone(), model.lm_head.weight.clone()
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
     try:
         nmspmm.parallelize_(model)
-        # Each rank holds half of every projection's weight (the row-parallel biases stay whole).
+        # Each rank holds half of every projection's weight (the row-parallel biases stay whole) and
+        # half of the vocabulary: the whole model at most 0.52x (the norms stay whole).
         assert sparse_bytes(model) <= 0.52 * full_bytes, (sparse_bytes(model), full_bytes)
+        assert all_bytes(model) <= 0.52 * full_model_bytes, (all_bytes(model), full_model_bytes)
+        vocab = slice(rank * 256, (rank + 1) * 256)
+        assert isinstance(model.model.embed_tokens, VocabParallelEmbedding)
+        assert isinstance(model.lm_head, VocabParallelLMHead)
+        assert torch.equal(model.model.embed_tokens.weight, emb[vocab])
+        assert torch.equal(model.lm_head.weight, head[vocab])
         attn, mlp = model.model.layers[0].self_attn, model.model.layers[0].mlp
         for proj in (attn.q_proj, attn.k_proj, attn.v_proj, mlp.gate_proj, mlp.up_proj):
             assert isinstance(proj, ColumnParallelNMLinear) and proj.tp_rank == rank
@@ -269,6 +283,9 @@ def _load_worker(rank, port, directory, shard_size):
         rows = full_down.values.shape[0] // WORLD
         assert torch.equal(mlp.down_proj.indices, full_down.indices[rank * rows:(rank + 1) * rows])
         assert torch.equal(mlp.down_proj.bias, full_down.bias)
+        vocab = slice(rank * 256, (rank + 1) * 256)
+        assert torch.equal(loaded.model.embed_tokens.weight, model.model.embed_tokens.weight[vocab])
+        assert torch.equal(loaded.lm_head.weight, model.lm_head.weight[vocab])
         with torch.no_grad():
             got = loaded(ids, use_cache=False).logits
         tol = 1e-5 * expected.abs().max().item()
@@ -284,6 +301,42 @@ def test_two_rank_load_from_a_full_checkpoint(tmp_path, shard_size):
     import torch.multiprocessing as mp
 
     mp.spawn(_load_worker, args=(_free_port(), str(tmp_path / "ckpt"), shard_size), nprocs=WORLD, join=True)
+
+
+def _tied_worker(rank, port, directory):
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                         tie_word_embeddings=True)
+    model = LlamaForCausalLM._from_config(config, dtype=torch.float32).eval()
+    nmspmm.sparsify_(model, 8, 32, 16)
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    ids = torch.randint(0, 512, (2, 10), generator=torch.Generator().manual_seed(7))
+    with torch.no_grad():
+        expected = model(ids, use_cache=False).logits
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
+    try:
+        if rank == 0:
+            model.save_pretrained(directory)
+        dist.barrier()
+        for split in (nmspmm.parallelize_(model), nmspmm.parallel.from_pretrained(directory)):
+            # One tensor: this rank's 256 vocabulary rows, the embedding's and the head's.
+            assert split.lm_head.weight is split.model.embed_tokens.weight
+            assert split.lm_head.weight.shape == (256, 256)
+            with torch.no_grad():
+                _assert_logits(rank, split(ids, use_cache=False).logits, expected)
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def test_two_rank_tied_embeddings_stay_tied(tmp_path):
+    import torch.multiprocessing as mp
+
+    mp.spawn(_tied_worker, args=(_free_port(), str(tmp_path / "ckpt")), nprocs=WORLD, join=True)
 
 
 def test_load_refuses_a_dense_checkpoint(tmp_path):
@@ -368,7 +421,6 @@ def _backward_worker(rank, port):
     torch.set_num_threads(1)
     model = sparse_llama()
     ids = torch.randint(0, 512, (2, 10), generator=torch.Generator().manual_seed(4))
-    emb = model.model.embed_tokens.weight
 
     def grads(m):
         m.zero_grad(set_to_none=True)
@@ -376,7 +428,7 @@ def _backward_worker(rank, port):
                                                  ids[:, 1:].flatten())
         loss.backward()
         layer = m.model.layers[1]
-        return (loss.detach(), emb.grad.clone(), layer.input_layernorm.weight.grad.clone(),
+        return (loss.detach(), m.model.embed_tokens.weight.grad.clone(), layer.input_layernorm.weight.grad.clone(),
                 layer.self_attn.q_proj.bias.grad.clone(), layer.mlp.down_proj.bias.grad.clone())
 
     expected = grads(model)
@@ -385,8 +437,10 @@ def _backward_worker(rank, port):
         nmspmm.parallelize_(model)
         got = grads(model)
         lo, hi = rank * 256 // WORLD, (rank + 1) * 256 // WORLD
-        want = (expected[0], expected[1], expected[2], expected[3][lo:hi], expected[4])
-        names = ("loss", "embedding grad", "norm grad", "q_proj bias grad (this rank's slice)", "down_proj bias grad")
+        vocab = slice(rank * 512 // WORLD, (rank + 1) * 512 // WORLD)
+        want = (expected[0], expected[1][vocab], expected[2], expected[3][lo:hi], expected[4])
+        names = ("loss", "embedding grad (this rank's rows)", "norm grad", "q_proj bias grad (this rank's slice)",
+                 "down_proj bias grad")
         for name, g, w in zip(names, got, want):
             err = (g - w).abs().max().item()
             tol = 1e-5 * max(w.abs().max().item(), 1e-30)
@@ -419,6 +473,34 @@ def test_two_rank_torch_compile_fullgraph():
     _run_split(_check_compiled, seed=5)
 
 
+def _check_sequence_parallel(rank, model, ids, expected):
+    gen_kwargs = dict(max_new_tokens=6, do_sample=False, use_cache=True, pad_token_id=0)
+    expected_tokens = model.generate(ids, **gen_kwargs)
+    with torch.enable_grad():  # gradients recorded: the layers' own forward (and the same logits)
+        expected_grad_logits = model(ids, use_cache=False).logits.detach()
+    nmspmm.parallelize_(model, sequence_parallel=True)
+    layers = model.model.layers
+    assert all(type(layer).__name__ == "SequenceParallelLlamaDecoderLayer" for layer in layers)
+    assert layers[0]._nmspmm_sequence_parallel[3:] == (True, False)
+    assert layers[-1]._nmspmm_sequence_parallel[3:] == (False, True)
+    with torch.no_grad():
+        # 10 tokens over 2 ranks: each layer's norms and residual adds run on 5 of them.
+        _assert_logits(rank, model(ids, use_cache=False).logits, expected)
+        # 9 tokens do not divide: the layers' own forward.
+        _assert_logits(rank, model(ids[:, :9], use_cache=False).logits, expected[:, :9])
+    with torch.enable_grad():
+        _assert_logits(rank, model(ids, use_cache=False).logits.detach(), expected_grad_logits)
+    # generate(): the prompt sequence-parallel, the decode steps (one token) not.
+    assert torch.equal(model.generate(ids, **gen_kwargs), expected_tokens)
+    forward = torch.compile(lambda i: model(i, use_cache=False).logits, fullgraph=True)
+    with torch.no_grad():
+        _assert_logits(rank, forward(ids), expected)
+
+
+def test_two_rank_sequence_parallel():
+    _run_split(_check_sequence_parallel, seed=8)
+
+
 def test_tp_benchmark_smoke(tmp_path):
     """benchmarks/tp_llama.py under torchrun on 2 gloo ranks (tiny shapes): every variant's split
     model passes the benchmark's own logits check, keeps the greedy tokens and holds half of the
@@ -447,3 +529,5 @@ def test_tp_benchmark_smoke(tmp_path):
             assert r["variant"] == "dense" or float(r["load_rel_err"]) < 1e-4
             # Every projection splits evenly (2:4 L = 32 rounds its metadata words up per rank).
             assert 0.5 <= float(r["proj_weight_ratio"]) <= 0.52
+            # The vocabulary splits too: the whole model per rank at most 0.52x (the norms stay whole).
+            assert 0.5 <= float(r["model_weight_ratio"]) <= 0.52
