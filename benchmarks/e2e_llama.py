@@ -280,6 +280,24 @@ def time_decode_eager(model, clock: Clock, args, vocab: int, batch: int, gen) ->
     return statistics.median(times)
 
 
+def capture_graph(fn):
+    """``fn`` captured in a CUDA graph, after two warm-up calls on a side stream (lazy
+    initialisation and allocations happen outside the capture)."""
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    return g
+
+
 def time_decode_graph(model, clock: Clock, args, cfg, batch: int, gen) -> float:
     """ms per decode step with a StaticCache; one step (forward + greedy argmax written back into
     the input buffer) captured in a CUDA graph and replayed --new-tokens times."""
@@ -297,16 +315,7 @@ def time_decode_graph(model, clock: Clock, args, cfg, batch: int, gen) -> float:
         o = model(input_ids=tok, past_key_values=cache, use_cache=True)
         tok.copy_(o.logits[:, -1:].argmax(-1))
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        step()
-        step()
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        step()
+    g = capture_graph(step)
 
     def replay():
         for _ in range(args.new_tokens):

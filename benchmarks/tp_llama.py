@@ -38,7 +38,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import shapes as S  # noqa: E402
 from common import collect_env, default_out_dir, log, write_csv, write_json  # noqa: E402
-from e2e_llama import TINY, Clock, time_decode_graph, time_prefill  # noqa: E402
+from e2e_llama import TINY, Clock, capture_graph, time_decode_graph, time_prefill  # noqa: E402
 
 COLUMNS = ["model", "layers", "dtype", "variant", "tp", "sequence_parallel", "status", "prefill_tokens", "prefill_ms", "prefill_tok_s",
            "prefill_scaling", "prefill_graph_ms", "prefill_graph_scaling", "decode_b1_graph_ms", "decode_b1_graph_tok_s", "decode_b16_graph_ms",
@@ -102,19 +102,7 @@ def prefill_graph_ms(model, clock: Clock, args, vocab: int, gen) -> float:
 
     ids = torch.randint(0, vocab, (1, args.prefill), device=args.device, generator=gen)
 
-    def run():
-        model(input_ids=ids, use_cache=False, logits_to_keep=1)
-
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        run()
-        run()
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        run()
+    g = capture_graph(lambda: model(input_ids=ids, use_cache=False, logits_to_keep=1))
     g.replay()
     ms = statistics.median(clock.ms(g.replay) for _ in range(max(args.reps, 5)))
     del g

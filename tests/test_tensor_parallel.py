@@ -2,6 +2,7 @@
 single-process model's logits and greedy tokens; nmspmm.parallel.from_pretrained loads each rank's
 shard from a full checkpoint (one file or several) with the same logits; shapes that a shard would
 cut are refused; the parallelize_module styles and the gradients match too."""
+import functools
 import os
 import socket
 
@@ -257,56 +258,35 @@ def test_needs_initialized_process_group():
         nmspmm.parallelize_(sparse_llama())
 
 
-def _load_worker(rank, port, directory, shard_size):
-    import torch.distributed as dist
-
-    torch.set_num_threads(1)
-    model = sparse_llama()  # the full single-process model (same seed on every rank)
-    ids = torch.randint(0, 512, (2, 10), generator=torch.Generator().manual_seed(2))
+def _check_load(rank, model, ids, expected, directory, shard_size):
+    _saved(rank, model, directory, max_shard_size=shard_size)
+    files = [f for f in os.listdir(directory) if f.endswith(".safetensors")]
+    assert (len(files) > 1) == (shard_size != "1GB"), files
+    loaded = nmspmm.parallel.from_pretrained(directory)
+    attn, mlp = loaded.model.layers[1].self_attn, loaded.model.layers[1].mlp
+    assert isinstance(attn.q_proj, ColumnParallelNMLinear) and isinstance(mlp.down_proj, RowParallelNMLinear)
+    # Only this rank's slices: the shard's outputs / compressed rows, equal to the full layer's.
+    full_q, full_down = model.model.layers[1].self_attn.q_proj, model.model.layers[1].mlp.down_proj
+    out = full_q.out_features // WORLD
+    assert torch.equal(attn.q_proj.values, full_q.values[:, rank * out:(rank + 1) * out])
+    assert torch.equal(attn.q_proj.bias, full_q.bias[rank * out:(rank + 1) * out])
+    rows = full_down.values.shape[0] // WORLD
+    assert torch.equal(mlp.down_proj.indices, full_down.indices[rank * rows:(rank + 1) * rows])
+    assert torch.equal(mlp.down_proj.bias, full_down.bias)
+    vocab = slice(rank * 256, (rank + 1) * 256)
+    assert torch.equal(loaded.model.embed_tokens.weight, model.model.embed_tokens.weight[vocab])
+    assert torch.equal(loaded.lm_head.weight, model.lm_head.weight[vocab])
     with torch.no_grad():
-        expected = model(ids, use_cache=False).logits
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
-    try:
-        if rank == 0:
-            model.save_pretrained(directory, max_shard_size=shard_size)
-        dist.barrier()
-        files = [f for f in os.listdir(directory) if f.endswith(".safetensors")]
-        assert (len(files) > 1) == (shard_size != "1GB"), files
-        loaded = nmspmm.parallel.from_pretrained(directory)
-        attn, mlp = loaded.model.layers[1].self_attn, loaded.model.layers[1].mlp
-        assert isinstance(attn.q_proj, ColumnParallelNMLinear) and isinstance(mlp.down_proj, RowParallelNMLinear)
-        # Only this rank's slices: the shard's outputs / compressed rows, equal to the full layer's.
-        full_q, full_down = model.model.layers[1].self_attn.q_proj, model.model.layers[1].mlp.down_proj
-        out = full_q.out_features // WORLD
-        assert torch.equal(attn.q_proj.values, full_q.values[:, rank * out:(rank + 1) * out])
-        assert torch.equal(attn.q_proj.bias, full_q.bias[rank * out:(rank + 1) * out])
-        rows = full_down.values.shape[0] // WORLD
-        assert torch.equal(mlp.down_proj.indices, full_down.indices[rank * rows:(rank + 1) * rows])
-        assert torch.equal(mlp.down_proj.bias, full_down.bias)
-        vocab = slice(rank * 256, (rank + 1) * 256)
-        assert torch.equal(loaded.model.embed_tokens.weight, model.model.embed_tokens.weight[vocab])
-        assert torch.equal(loaded.lm_head.weight, model.lm_head.weight[vocab])
-        with torch.no_grad():
-            got = loaded(ids, use_cache=False).logits
-        tol = 1e-5 * expected.abs().max().item()
-        err = (got - expected).abs().max().item()
-        assert err <= tol, f"rank {rank}: max |logits diff| {err} > {tol}"
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
+        _assert_logits(rank, loaded(ids, use_cache=False).logits, expected)
 
 
 @pytest.mark.parametrize("shard_size", ["1GB", "200KB"], ids=["one-file", "sharded"])
 def test_two_rank_load_from_a_full_checkpoint(tmp_path, shard_size):
-    import torch.multiprocessing as mp
-
-    mp.spawn(_load_worker, args=(_free_port(), str(tmp_path / "ckpt"), shard_size), nprocs=WORLD, join=True)
+    _run_split(functools.partial(_check_load, directory=str(tmp_path / "ckpt"), shard_size=shard_size), seed=2)
 
 
-def _tied_worker(rank, port, directory):
-    import torch.distributed as dist
-
-    torch.set_num_threads(1)
+def tied_llama():
+    """The tiny Llama with lm_head tied to the embedding, 8:32 L = 16 everywhere."""
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
@@ -314,29 +294,21 @@ def _tied_worker(rank, port, directory):
     model = LlamaForCausalLM._from_config(config, dtype=torch.float32).eval()
     nmspmm.sparsify_(model, 8, 32, 16)
     assert model.lm_head.weight is model.model.embed_tokens.weight
-    ids = torch.randint(0, 512, (2, 10), generator=torch.Generator().manual_seed(7))
-    with torch.no_grad():
-        expected = model(ids, use_cache=False).logits
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
-    try:
-        if rank == 0:
-            model.save_pretrained(directory)
-        dist.barrier()
-        for split in (nmspmm.parallelize_(model), nmspmm.parallel.from_pretrained(directory)):
-            # One tensor: this rank's 256 vocabulary rows, the embedding's and the head's.
-            assert split.lm_head.weight is split.model.embed_tokens.weight
-            assert split.lm_head.weight.shape == (256, 256)
-            with torch.no_grad():
-                _assert_logits(rank, split(ids, use_cache=False).logits, expected)
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
+    return model
+
+
+def _check_tied(rank, model, ids, expected, directory):
+    _saved(rank, model, directory)
+    for split in (nmspmm.parallelize_(model), nmspmm.parallel.from_pretrained(directory)):
+        # One tensor: this rank's 256 vocabulary rows, the embedding's and the head's.
+        assert split.lm_head.weight is split.model.embed_tokens.weight
+        assert split.lm_head.weight.shape == (256, 256)
+        with torch.no_grad():
+            _assert_logits(rank, split(ids, use_cache=False).logits, expected)
 
 
 def test_two_rank_tied_embeddings_stay_tied(tmp_path):
-    import torch.multiprocessing as mp
-
-    mp.spawn(_tied_worker, args=(_free_port(), str(tmp_path / "ckpt")), nprocs=WORLD, join=True)
+    _run_split(functools.partial(_check_tied, directory=str(tmp_path / "ckpt")), seed=7, make=tied_llama)
 
 
 def test_load_refuses_a_dense_checkpoint(tmp_path):
@@ -348,13 +320,13 @@ def test_load_refuses_a_dense_checkpoint(tmp_path):
         nmspmm.parallel.from_pretrained(str(tmp_path))
 
 
-def _split_worker(rank, port, check, seed):
-    """One rank: the full model and its single-process logits, then ``check(rank, model, ids,
-    expected)`` inside a 2-rank gloo group."""
+def _split_worker(rank, port, check, seed, make):
+    """One rank: the full model (``make()``, else ``sparse_llama()``) and its single-process logits,
+    then ``check(rank, model, ids, expected)`` inside a 2-rank gloo group."""
     import torch.distributed as dist
 
     torch.set_num_threads(1)
-    model = sparse_llama()
+    model = (make or sparse_llama)()
     ids = torch.randint(0, 512, (2, 10), generator=torch.Generator().manual_seed(seed))
     with torch.no_grad():
         expected = model(ids, use_cache=False).logits
@@ -365,10 +337,19 @@ def _split_worker(rank, port, check, seed):
         dist.destroy_process_group()
 
 
-def _run_split(check, seed):
+def _run_split(check, seed, make=None):
     import torch.multiprocessing as mp
 
-    mp.spawn(_split_worker, args=(_free_port(), check, seed), nprocs=WORLD, join=True)
+    mp.spawn(_split_worker, args=(_free_port(), check, seed, make), nprocs=WORLD, join=True)
+
+
+def _saved(rank, model, directory, **save_kwargs):
+    """Rank 0 saves the full model to ``directory``; every rank waits for it."""
+    import torch.distributed as dist
+
+    if rank == 0:
+        model.save_pretrained(directory, **save_kwargs)
+    dist.barrier()
 
 
 def _assert_logits(rank, got, expected):
