@@ -482,6 +482,38 @@ def test_two_rank_sequence_parallel():
     _run_split(_check_sequence_parallel, seed=8)
 
 
+def _three_rank_worker(rank, port):
+    """Three ranks: sequence parallelism over slices of 4 tokens and of 1, and a vocabulary (512)
+    that does not divide, which stays whole."""
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=512, hidden_size=384, intermediate_size=768, num_hidden_layers=2,
+                         num_attention_heads=6, num_key_value_heads=3, max_position_embeddings=128,
+                         attention_bias=True, mlp_bias=True)
+    model = LlamaForCausalLM._from_config(config, dtype=torch.float32).eval()
+    nmspmm.sparsify_(model, 8, 32, 16)
+    ids = torch.randint(0, 512, (2, 12), generator=torch.Generator().manual_seed(9))
+    with torch.no_grad():
+        expected = model(ids, use_cache=False).logits
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=3)
+    try:
+        nmspmm.parallelize_(model, sequence_parallel=True)
+        assert type(model.model.embed_tokens) is torch.nn.Embedding  # 512 does not divide by 3
+        with torch.no_grad():
+            _assert_logits(rank, model(ids, use_cache=False).logits, expected)  # 4 tokens a rank
+            _assert_logits(rank, model(ids[:, :3], use_cache=False).logits, expected[:, :3])  # 1 a rank
+    finally:
+        dist.destroy_process_group()
+
+
+def test_three_rank_sequence_parallel():
+    import torch.multiprocessing as mp
+
+    mp.spawn(_three_rank_worker, args=(_free_port(),), nprocs=3, join=True)
+
+
 def test_tp_benchmark_smoke(tmp_path):
     """benchmarks/tp_llama.py under torchrun on 2 gloo ranks (tiny shapes): every variant's split
     model passes the benchmark's own logits check, keeps the greedy tokens and holds half of the
