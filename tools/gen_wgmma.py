@@ -32,22 +32,27 @@ template <typename T, int N>
 struct WgmmaSp;
 """
 
-def wrapper(ctype, ptx, n):
+def wrapper(ctype, ptx, n, sparse=True):
+    """One specialization: WgmmaSp (wgmma.mma_async.sp, k = 32, the metadata operand) or WgmmaDense
+    (wgmma.mma_async, k = 16)."""
     regs = n // 2
     dl = ", ".join(f"%{i}" for i in range(regs))
-    a, b, e = regs, regs + 1, regs + 2
     outs = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
-    lines = [f"template <>", f"struct WgmmaSp<{ctype}, {n}> {{",
-             "  static __device__ __forceinline__ void mma(uint64_t desc_a, uint64_t desc_b, float* d, uint32_t meta) {",
+    name, op, k = ("WgmmaSp", "mma_async.sp", 32) if sparse else ("WgmmaDense", "mma_async", 16)
+    operands = f"%{regs}, %{regs + 1}" + (f", %{regs + 2}, 0" if sparse else "")
+    lines = [f"template <>", f"struct {name}<{ctype}, {n}> {{",
+             "  static __device__ __forceinline__ void mma(uint64_t desc_a, uint64_t desc_b, float* d"
+             + (", uint32_t meta) {" if sparse else ") {"),
              "#if defined(__CUDA_ARCH_FEAT_SM90_ALL)",
              "    asm volatile(",
-             f'        "wgmma.mma_async.sp.sync.aligned.m64n{n}k32.f32.{ptx}.{ptx} "',
-             f'        "{{{dl}}}, %{a}, %{b}, %{e}, 0, 1, 1, 1, 1, 0;\\n"',
+             f'        "wgmma.{op}.sync.aligned.m64n{n}k{k}.f32.{ptx}.{ptx} "',
+             f'        "{{{dl}}}, {operands}, 1, 1, 1, 1, 0;\\n"',
              f"        : {outs}",
-             '        : "l"(desc_a), "l"(desc_b), "r"(meta));',
+             '        : "l"(desc_a), "l"(desc_b)' + (', "r"(meta));' if sparse else ");"),
              "#endif",
              "  }", "};", ""]
     return "\n".join(lines)
+
 
 DENSE_WIDTHS = (64, 128, 256)
 
@@ -71,24 +76,6 @@ struct WgmmaDense;
 """
 
 
-def dense_wrapper(ctype, ptx, n):
-    regs = n // 2
-    dl = ", ".join(f"%{i}" for i in range(regs))
-    a, b = regs, regs + 1
-    outs = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
-    lines = [f"template <>", f"struct WgmmaDense<{ctype}, {n}> {{",
-             "  static __device__ __forceinline__ void mma(uint64_t desc_a, uint64_t desc_b, float* d) {",
-             "#if defined(__CUDA_ARCH_FEAT_SM90_ALL)",
-             "    asm volatile(",
-             f'        "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx} "',
-             f'        "{{{dl}}}, %{a}, %{b}, 1, 1, 1, 1, 0;\\n"',
-             f"        : {outs}",
-             '        : "l"(desc_a), "l"(desc_b));',
-             "#endif",
-             "  }", "};", ""]
-    return "\n".join(lines)
-
-
 def write(path, parts):
     with open(path, "w") as f:
         f.write("\n".join(parts))
@@ -105,7 +92,7 @@ def main():
     parts = [DENSE_HEAD]
     for ctype, ptx in TYPES:
         for n in DENSE_WIDTHS:
-            parts.append(dense_wrapper(ctype, ptx, n))
+            parts.append(wrapper(ctype, ptx, n, sparse=False))
     parts.append("}  // namespace kernels\n}  // namespace nmspmm\n")
     write(os.path.join(kernels, "common", "wgmma_dense.h"), parts)
 
