@@ -53,6 +53,7 @@ from torch import nn
 from .format import NMWeight
 from .csr import CSRLinear
 from .nn import NMLinear, _spmm
+from .peer_exchange import peer_exchange
 
 try:
     from torch.distributed.tensor.parallel import ParallelStyle as _ParallelStyle
@@ -198,14 +199,29 @@ class _RowParallel:
 
     tp_sequence_parallel: bool = False  # in a sequence-parallel decoder layer (parallelize_(..., sequence_parallel=True))
 
+    def _partial_dtype(self, x: torch.Tensor) -> torch.dtype:
+        """The dtype of ``_partial(x)``'s product."""
+        return x.dtype
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # No bias in the partial products: it would be summed W times.
-        y, out_dtype = self._partial(x)
         if self.tp_sequence_parallel and _sequence_parallel_applies(x, self.tp_world):
             # The layer keeps this rank's slice of the sequence: reduce-scatter instead of all-reduce.
+            rows = x.shape[0] * (x.shape[1] // self.tp_world)
+            out_bytes = rows * self.out_features * self._partial_dtype(x).itemsize
+            ex = peer_exchange(self.tp_group, x, out_bytes)
+            if ex is not None:  # on the copy engines, the peers' partials pushed while ours is computed
+                y = ex.reduce_scatter(lambda xc: self._partial(xc)[0], x, out_bytes)
+                return self._finish(y, x.dtype)
+            y, out_dtype = self._partial(x)
             y = _scatter_sequence(y, self.tp_group, self.tp_world)
         else:
+            y, out_dtype = self._partial(x)
             y = _sum_over_ranks(y, self.tp_group)
+        return self._finish(y, out_dtype)
+
+    def _finish(self, y: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
+        """The summed partial products plus the (full) bias, in the input's dtype."""
         bias = self._parameters["bias"]
         if bias is not None:
             y = y + bias
@@ -234,6 +250,9 @@ class RowParallelNMLinear(_RowParallel, NMLinear):
             x = x.to(values.dtype)
         return _spmm(x, values, buffers["indices"], self.N, self.M, self.L, None, buffers["col_info"],
                      buffers["packed_indices"], buffers["tc_meta"]), x_dtype
+
+    def _partial_dtype(self, x):
+        return self._buffers["values"].dtype
 
 
 class ColumnParallelCSRLinear(_ColumnParallel, CSRLinear):
@@ -548,12 +567,17 @@ def _sequence_parallel_forward(self, hidden_states: torch.Tensor, *args, **kwarg
     if first:
         hidden_states = hidden_states.chunk(world, 1)[rank]
     residual = hidden_states
-    x = _gather_sequence(self.input_layernorm(hidden_states), group, world)
+    x = self.input_layernorm(hidden_states)
+    ex = peer_exchange(group, x, x.numel() * x.element_size())
+    x = ex.all_gather(x, view=True) if ex is not None else _gather_sequence(x, group, world)
     hidden_states = residual + self.self_attn(hidden_states=x, **kwargs)[0]
     residual = hidden_states
-    x = _gather_sequence(self.post_attention_layernorm(hidden_states), group, world)
+    x = self.post_attention_layernorm(hidden_states)
+    x = ex.all_gather(x, view=True) if ex is not None else _gather_sequence(x, group, world)
     hidden_states = residual + self.mlp(x)
-    return _gather_sequence(hidden_states, group, world) if last else hidden_states
+    if not last:
+        return hidden_states
+    return ex.all_gather(hidden_states) if ex is not None else _gather_sequence(hidden_states, group, world)
 
 
 _SEQUENCE_PARALLEL_CLASSES: dict = {}
