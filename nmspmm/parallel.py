@@ -633,7 +633,9 @@ def parallelize_(model: nn.Module, mesh_or_group=None, *, sequence_parallel: boo
     ``sequence_parallel=True`` also splits the tokens of each decoder layer's norms and residual
     adds over the ranks where the sequence divides by W and no gradient is recorded (prefill
     under ``torch.no_grad`` / ``inference_mode``), with a reduce-scatter and an all-gather in
-    place of each all-reduce: faster prefill, the same logits. The intermediate hidden states
+    place of each all-reduce: faster prefill, the same logits. While a CUDA graph is captured
+    these collectives run on the copy engines, overlapped with the row-parallel products
+    (:mod:`nmspmm.peer_exchange`; warm up eagerly first). The intermediate hidden states
     (``output_hidden_states``) of such a forward are then each rank's slice of the sequence,
     except the last."""
     import torch.distributed as dist
