@@ -9,7 +9,10 @@ variant (dense, then nmspmm.sparsify_ at each of --patterns, then unstructured C
 --unstructured):
   1. TP = 1 on every rank at once (no communication): reference logits of a fixed input, the
      greedy tokens of a short generate(), prefill 1 x --prefill (no cache, last-token logits)
-     eager and replayed from a CUDA graph (the device time, without the host's launches); decode at each batch with one step captured in a CUDA graph (StaticCache); weight bytes;
+     eager and replayed from a CUDA graph (the device time, without the host's launches; the
+     replay's logits checked against the eager forward's, `graph_rel_err`: the split model's graph
+     runs the collectives on the copy engines, its eager forward NCCL's); decode at each batch with
+     one step captured in a CUDA graph (StaticCache); weight bytes;
   2. the model split over all ranks by nmspmm.parallelize_, Megatron-style (the dense model's
      nn.Linear projections the same way as the sparse ones; the vocabulary too; with sequence
      parallelism unless --no-sequence-parallel). Its logits are
@@ -44,7 +47,7 @@ COLUMNS = ["model", "layers", "dtype", "variant", "tp", "sequence_parallel", "st
            "prefill_scaling", "prefill_graph_ms", "prefill_graph_scaling", "decode_b1_graph_ms", "decode_b1_graph_tok_s", "decode_b16_graph_ms",
            "decode_b16_graph_tok_s", "proj_weight_mib_per_gpu", "proj_weight_ratio", "model_mib_per_gpu",
            "model_weight_ratio", "check_rel_err", "greedy_tokens_equal", "greedy_flip_margin", "greedy_flip_bound",
-           "load_rel_err", "note"]
+           "load_rel_err", "graph_rel_err", "note"]
 ATTN_COLUMN, ATTN_ROW = ("q_proj", "k_proj", "v_proj"), "o_proj"
 MLP_COLUMN, MLP_ROW = ("gate_proj", "up_proj"), "down_proj"
 
@@ -95,15 +98,24 @@ def projection_bytes(model) -> int:
     return local_bytes([t for m in mods for t in list(m.parameters()) + list(m.buffers())])
 
 
-def prefill_graph_ms(model, clock: Clock, args, vocab: int, gen) -> float:
+def prefill_graph_ms(model, clock: Clock, args, vocab: int, gen, checked: Dict) -> float:
     """ms of the prefill forward (1 x --prefill, no cache, last-token logits) captured in one CUDA
-    graph and replayed: the device time, without the host's launch cost."""
+    graph and replayed: the device time, without the host's launch cost. ``checked["graph_rel_err"]``:
+    the replay's logits against the eager forward's (a split model's graph runs the collectives on
+    the copy engines, its eager forward NCCL's)."""
     import torch
 
     ids = torch.randint(0, vocab, (1, args.prefill), device=args.device, generator=gen)
+    out = {}
 
-    g = capture_graph(lambda: model(input_ids=ids, use_cache=False, logits_to_keep=1))
+    def forward():
+        out["logits"] = model(input_ids=ids, use_cache=False, logits_to_keep=1).logits
+
+    g = capture_graph(forward)
     g.replay()
+    replayed = out["logits"].float().clone()
+    eager = model(input_ids=ids, use_cache=False, logits_to_keep=1).logits.float()
+    checked["graph_rel_err"] = ((replayed - eager).norm() / eager.norm()).item()
     ms = statistics.median(clock.ms(g.replay) for _ in range(max(args.reps, 5)))
     del g
     return ms
@@ -150,8 +162,10 @@ def measure(model, cfg, clock: Clock, args, world: int) -> Dict:
         row["prefill_ms"] = slowest(time_prefill(model, clock, args, cfg.vocab_size, gen), args.device)
         row["prefill_tok_s"] = args.prefill / (row["prefill_ms"] / 1e3)
         if clock.cuda:
+            checked = {}
             row["prefill_graph_ms"] = attempt("prefill graph", lambda: prefill_graph_ms(
-                model, clock, args, cfg.vocab_size, gen))
+                model, clock, args, cfg.vocab_size, gen, checked))
+            row["graph_rel_err"] = slowest(checked.get("graph_rel_err", float("nan")), args.device)
             for b in [int(x) for x in args.batches.split(",") if x.strip()]:
                 t = attempt(f"graph b={b}", lambda: decode_graph_ms(model, cfg, clock, args, b, gen, world))
                 row[f"decode_b{b}_graph_ms"], row[f"decode_b{b}_graph_tok_s"] = t, b / (t / 1e3)
@@ -294,8 +308,9 @@ def main(argv=None) -> int:
         split["proj_weight_ratio"] = split["proj_weight_mib_per_gpu"] / one["proj_weight_mib_per_gpu"]
         split["model_weight_ratio"] = split["model_mib_per_gpu"] / one["model_mib_per_gpu"]
         tie_ok = flip is None or margin <= bound
-        if not err < tol or (load_err is not None and not load_err < tol) or not slowest(float(not tie_ok),
-                                                                                          args.device) == 0.0:
+        graph_bad = any(r.get("graph_rel_err", 0.0) >= tol for r in (one, split))  # NaN: no graph (a note says why)
+        if not err < tol or (load_err is not None and not load_err < tol) or graph_bad or not slowest(
+                float(not tie_ok), args.device) == 0.0:
             split["status"] = "check failed"
             status = 3
         rows += [one, split]
@@ -304,7 +319,8 @@ def main(argv=None) -> int:
                 f"({split['prefill_scaling']:.2f}x; in a CUDA graph {split['prefill_graph_scaling']:.2f}x); weights per GPU {split['model_weight_ratio']:.3f}x "
                 f"(projections {split['proj_weight_ratio']:.3f}x); logits error {err:.2e} (tol {tol:.0e}), "
                 f"greedy tokens {'equal' if same else f'differ at a near-tie (margin {margin:.3g} <= {bound:.3g})' if tie_ok else f'DIFFER (margin {margin:.3g} > {bound:.3g})'}"
-                + (f", sharded load {load_err:.2e}" if load_err is not None else "") + "; "
+                + (f", sharded load {load_err:.2e}" if load_err is not None else "")
+                + f", graph against eager {split.get('graph_rel_err', float('nan')):.1e}; "
                 f"{time.time() - t0:.0f} s")
         del model
         if cuda:
