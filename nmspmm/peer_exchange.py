@@ -74,7 +74,8 @@ class PeerExchange:
         if view is None:
             size = like.element_size()
             offset = (region * self.region_bytes + slot * like.numel() * size) // size
-            view = self.handle.get_buffer(owner, tuple(like.shape), like.dtype, offset)
+            with torch.inference_mode(False):  # a normal tensor: writable under no_grad and inference_mode alike
+                view = self.handle.get_buffer(owner, tuple(like.shape), like.dtype, offset)
             self._views[key] = view
         return view
 
@@ -116,8 +117,9 @@ class PeerExchange:
         key = (self.rank, region, "all", tuple(like.shape), like.dtype)
         view = self._views.get(key)
         if view is None:
-            view = self.handle.get_buffer(self.rank, (self.world,) + tuple(like.shape), like.dtype,
-                                          region * self.region_bytes // like.element_size())
+            with torch.inference_mode(False):
+                view = self.handle.get_buffer(self.rank, (self.world,) + tuple(like.shape), like.dtype,
+                                              region * self.region_bytes // like.element_size())
             self._views[key] = view
         return view
 
