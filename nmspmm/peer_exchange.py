@@ -186,8 +186,9 @@ def peer_exchange(group, x: torch.Tensor, slot_bytes: int) -> Optional[PeerExcha
 
     key = (id(group), x.device.index)
     ex = _EXCHANGES.get(key)
+    capturing = torch.cuda.is_current_stream_capturing()
     if ex is None:
-        if key in _UNAVAILABLE:
+        if key in _UNAVAILABLE or capturing:  # the rendezvous cannot run in a capture: NCCL there
             return None
         try:
             if dist.get_backend(group) != "nccl":
@@ -198,7 +199,6 @@ def peer_exchange(group, x: torch.Tensor, slot_bytes: int) -> Optional[PeerExcha
             _UNAVAILABLE[key] = repr(err)
             return None
         _EXCHANGES[key] = ex
-    capturing = torch.cuda.is_current_stream_capturing()
     if not capturing:
         ex.reserve(slot_bytes)
     return ex if mode == "1" or capturing else None
