@@ -67,17 +67,19 @@ class PeerExchange:
         self.last_region = None
         self._views.clear()
 
-    def _slot(self, owner: int, region: int, slot: int, like: torch.Tensor) -> torch.Tensor:
-        """Slot ``slot`` of region ``region`` (0: G, 1: Z) in rank ``owner``'s buffer, shaped like ``like``."""
-        key = (owner, region, slot, tuple(like.shape), like.dtype)
+    def _view(self, owner: int, shape: tuple, dtype: torch.dtype, offset_bytes: int) -> torch.Tensor:
+        """Rank ``owner``'s buffer from ``offset_bytes`` as a tensor of ``shape``, made once per key."""
+        key = (owner, shape, dtype, offset_bytes)
         view = self._views.get(key)
         if view is None:
-            size = like.element_size()
-            offset = (region * self.region_bytes + slot * like.numel() * size) // size
             with torch.inference_mode(False):  # a normal tensor: writable under no_grad and inference_mode alike
-                view = self.handle.get_buffer(owner, tuple(like.shape), like.dtype, offset)
+                view = self.handle.get_buffer(owner, shape, dtype, offset_bytes // dtype.itemsize)
             self._views[key] = view
         return view
+
+    def _slot(self, owner: int, region: int, slot: int, like: torch.Tensor) -> torch.Tensor:
+        """Slot ``slot`` of region ``region`` (0: G, 1: Z) in rank ``owner``'s buffer, shaped like ``like``."""
+        return self._view(owner, tuple(like.shape), like.dtype, region * self.region_bytes + slot * _nbytes(like))
 
     def _begin(self, region: int) -> None:
         """An exchange on ``region`` (0: gathered slices, 1: partial sums) begins: a barrier
@@ -114,14 +116,7 @@ class PeerExchange:
 
     def _region(self, region: int, like: torch.Tensor) -> torch.Tensor:
         """This rank's region as [W, *like.shape]."""
-        key = (self.rank, region, "all", tuple(like.shape), like.dtype)
-        view = self._views.get(key)
-        if view is None:
-            with torch.inference_mode(False):
-                view = self.handle.get_buffer(self.rank, (self.world,) + tuple(like.shape), like.dtype,
-                                              region * self.region_bytes // like.element_size())
-            self._views[key] = view
-        return view
+        return self._view(self.rank, (self.world,) + tuple(like.shape), like.dtype, region * self.region_bytes)
 
     def _sum_received(self, own: torch.Tensor) -> torch.Tensor:
         """``own`` (a fresh partial) plus the partials the peers pushed into region Z."""
