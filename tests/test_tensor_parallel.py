@@ -5,6 +5,7 @@ cut are refused; the parallelize_module styles and the gradients match too."""
 import functools
 import os
 import socket
+import sys
 
 import pytest
 import torch
@@ -335,6 +336,12 @@ def _split_worker(rank, port, check, seed, make):
         check(rank, model, ids, expected)
     finally:
         dist.destroy_process_group()
+    # Passed: leave without the interpreter's teardown, where a thread torch.compile started is
+    # sometimes destroyed still joinable ("terminate called without an active exception", about
+    # 1 run in 40 on a 2-core machine), which mp.spawn reports as a failed rank.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _run_split(check, seed, make=None):
