@@ -258,18 +258,23 @@ __global__ void __launch_bounds__(kThreads, MINB)
       mbar_wait(bar_full + 8 * s, (i / kStages) & 1);
       const uint32_t st = sbase + s * G::kStage;
       const uint32_t* meta = reinterpret_cast<const uint32_t*>(smem + s * G::kStage + G::kA + G::kB);
-      fence_accumulators(acc);
-      wgmma_fence();
+      // Selectors and descriptors of both k32 steps before the fence: a register an issued wgmma
+      // reads must be written before the warpgroup's fence, else ptxas serializes the wgmma.
+      uint32_t e[2];
+      uint64_t da[2], db[2];
 #pragma unroll
       for (int step = 0; step < 2; ++step) {
         const uint32_t w0 = meta[step * a.meta_words + v_r0], w1 = meta[step * a.meta_words + v_r1];
-        const uint32_t e = ((w0 >> half_shift) & 0xFFFFu) | (((w1 >> half_shift) & 0xFFFFu) << 16);
+        e[step] = ((w0 >> half_shift) & 0xFFFFu) | (((w1 >> half_shift) & 0xFFFFu) << 16);
         // A: rows 16 step .. 16 step + 15 of this warpgroup's [32 x 64] box (8-row groups 1024 B
         // apart); B: inputs 32 step .. of the [BN x 64] box (token 8-row groups 1024 B apart).
-        const uint64_t da = smem_desc(st + wg * 4096 + step * 2048, 1024, 1024);
-        const uint64_t db = smem_desc(st + G::kA + step * 64, 16, 1024);
-        WgmmaSp<T, BN>::mma(da, db, acc, e);
+        da[step] = smem_desc(st + wg * 4096 + step * 2048, 1024, 1024);
+        db[step] = smem_desc(st + G::kA + step * 64, 16, 1024);
       }
+      fence_accumulators(acc);
+      wgmma_fence();
+      WgmmaSp<T, BN>::mma(da[0], db[0], acc, e[0]);
+      WgmmaSp<T, BN>::mma(da[1], db[1], acc, e[1]);
       wgmma_commit();
       wgmma_wait<1>();
       fence_accumulators(acc);
