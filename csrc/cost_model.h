@@ -510,12 +510,18 @@ inline double prefill_f32_fixed_us(int64_t m, int64_t k) {
 // Fitted on an H200 (bf16, 2:4 L = 1 and 32, the six Llama layers, m = 16..4096, every tile and
 // split 1-8, the tiles in their m range; estimate / measured median 0.99 / 1.01 for the 256- / 128-
 // token tiles, 10-90% 0.89-1.14).
+// Clusters of 4 and 8 place fewer blocks at a time (124 and 120 of 132 SMs, as for expand_wgmma)
+// and still run slower than those rounds: their grid time is scaled by cluster4 / cluster8 (the
+// measured median over the estimate on the same fit).
 struct SparseTcCost {
   int tile, per_sm;
   double fixed_us, kblock_us;
+  double cluster4, cluster8;
 };
-constexpr SparseTcCost kSparseTcCosts[] = {
-    {256, 1, 5.7, 0.435}, {128, 2, 2.8, 0.575}, {64, 1, 1.2, 0.27}, {16, 1, 1.5, 0.05}};
+constexpr SparseTcCost kSparseTcCosts[] = {{256, 1, 5.7, 0.435, 1.25, 1.6},
+                                           {128, 2, 2.8, 0.575, 1.3, 1.9},
+                                           {64, 1, 1.2, 0.27, 1.0, 1.0},
+                                           {16, 1, 1.5, 0.05, 1.0, 1.0}};
 constexpr double kSparseTcClusterUs = 0.6;  // per block of a split cluster: the on-chip sum
 constexpr double kSparseTcAloneFactor = 0.6;
 // The estimate above is the measured time (median 1.00 on the H200 plan table's 2:4 cells); the
@@ -528,11 +534,15 @@ inline double sparse_tc_cost_us(int tile, int64_t m, int64_t n, int64_t k, int s
     if (e.tile == tile) c = &e;
   const int64_t sms = num_sms > 0 ? num_sms : 132;
   const int64_t blocks = static_cast<int64_t>((n + 127) / 128) * ((m + tile - 1) / tile) * split;
-  const int64_t rounds = (blocks + sms * c->per_sm - 1) / (sms * c->per_sm);
+  // (The 16-token tile's constants, fitted on decode calls, already hold its clusters' cost.)
+  const double fill = tile == 16 ? 1.0 : split >= 8 ? 120.0 / 132 : split >= 4 ? 124.0 / 132 : 1.0;
+  const int64_t resident = static_cast<int64_t>(std::floor(static_cast<double>(sms * c->per_sm) * fill));
+  const int64_t rounds = (blocks + resident - 1) / resident;
   const int64_t kblocks = ((k + 63) / 64 + split - 1) / split;
   // A two-per-SM tile alone on its SM (a grid of at most one block per SM) runs its stages faster.
   const double kblock_us = c->per_sm > 1 && blocks <= sms ? kSparseTcAloneFactor * c->kblock_us : c->kblock_us;
-  const double grid = static_cast<double>(rounds) *
+  const double cluster = split >= 8 ? c->cluster8 : split >= 4 ? c->cluster4 : 1.0;
+  const double grid = cluster * static_cast<double>(rounds) *
                       (c->fixed_us + static_cast<double>(kblocks) * kblock_us + (split > 1 ? kSparseTcClusterUs * split : 0.0));
   const double bytes = 1.125 * static_cast<double>(n) * static_cast<double>(k) +
                        2.0 * static_cast<double>(m) * static_cast<double>(k + n);

@@ -420,9 +420,9 @@ inline PlanCost plan_generic(const Problem& pb, const Candidates& c) {
 // The sparse tensor-core kernels (2:4, fp16 / bf16, sm_90a): the cheapest (token tile, split) under
 // sparse_tc_cost_us among the tile of the call's m range (16 tokens up to m = 16, 64 up to 64, the
 // 128- and 256-token tiles above: a narrower tile re-streams the weight per token tile, a wider one
-// idles on the padding) and splits 1-8 for the 16-token tile, 1-2 for the others (measured on an
-// H200: clusters of 4 prefill blocks run at half the estimate); in and out divisible by 8 (the
-// tensor copies).
+// idles on the padding) and splits 1-8 (clusters of 4 and 8 priced by their own factor: they pay
+// where a layer has few blocks, 1.2-1.5x on the 1024 x 4096 layer at m = 64-256); in and out
+// divisible by 8 (the tensor copies).
 inline PlanCost plan_sparse_tc(const Problem& pb, const Candidates& c) {
   if (pb.N != 2 || pb.M != 4 || pb.n % 8 != 0 || pb.k % 8 != 0) return kNoPlan;
   PlanCost best = kNoPlan;
@@ -430,8 +430,7 @@ inline PlanCost plan_sparse_tc(const Problem& pb, const Candidates& c) {
     if (k.family != Family::kSparseTc || k.dtype != pb.dtype || !c.has(k.id)) continue;
     const bool in_range = k.tile_m == 16 ? pb.m <= 16 : k.tile_m == 64 ? pb.m > 16 && pb.m <= 64 : pb.m > 64;
     if (!in_range) continue;
-    const int max_split = k.tile_m == 16 ? kMaxSparseTcSplit : 2;
-    for (int split = 1; split <= max_split; split *= 2) {
+    for (int split = 1; split <= kMaxSparseTcSplit; split *= 2) {
       if (split > 1 && (pb.k + 63) / 64 < 4 * split) break;  // each block keeps at least 4 k-blocks
       best = cheaper(best, plan_cost(pb, {k.id, split}, sparse_tc_cost_us(k.tile_m, pb.m, pb.n, pb.k, split, pb.num_sms)));
     }
