@@ -260,9 +260,12 @@ def spmm(x: torch.Tensor, packed: NMWeight, bias: Optional[torch.Tensor] = None)
     ``packed`` may also be an unstructured :class:`nmspmm.CSRWeight` (``torch.ops.nmspmm.csr_spmm``).
 
     x may have any leading dims and strides and must share the packed values' dtype and device.
-    On CUDA, float16/bfloat16 calls with at least 17 tokens (M in {8, 16, 32, 64}, L in
-    {16, 32, 64, 128}, sm_80+) run native tensor-core kernels with fp32 accumulation; other
-    float16/bfloat16 calls are computed in float32 and returned in the input dtype.
+    On CUDA the call runs the plan of least estimated time among the kernels that support it
+    (``spmm_heuristic`` names it; README.md, "Support matrix"): float16/bfloat16 run native
+    tensor-core kernels with fp32 accumulation where the support matrix says so (2:4 on Hopper's
+    sparse tensor cores, the gathered and decode kernels for L >= 16, the fused expansions for short
+    vectors), and otherwise the weight expanded to dense for cuBLAS or an fp32 kernel on upcast
+    inputs, returned in the input dtype.
     """
     _check_device(x, "x")
     from .csr import CSRWeight
