@@ -14,6 +14,7 @@ the heuristic's pick and for the best measured plan.
     python benchmarks/plan_table.py --quick            # a few cells, to try the script
     python benchmarks/plan_table.py --out PATH.csv     # default benchmarks/results/h200/plan_table.csv
     python benchmarks/plan_table.py --patterns 2:4     # those patterns' cells, replacing theirs in --out
+    python benchmarks/plan_table.py --ms 8,16 --dtypes bfloat16,float16   # likewise, those m and dtypes
 
 Sweep: N:M in {2:4, 16:32, 8:32, 4:32} x L in {1, 2, 4, 8, 16, 32, 64} x m in {1, 2, 4, 8, 16, 64, 256,
 1024, 4096} x the six Llama layers (out x in: 4096x4096, 11008x4096, 4096x11008, 1024x4096,
@@ -55,7 +56,7 @@ COLUMNS = ["device", "cc", "sms", "dtype", "N", "M", "L", "m", "n", "k", "kernel
            "cublas_us"]
 
 
-def cells(quick: bool, patterns=PATTERNS):
+def cells(quick: bool, patterns=PATTERNS, ms=MS, dtypes=tuple(DTYPES)):
     """(dtype name, N, M, L, m, n, k), grouped so one weight serves every m."""
     if quick:
         for dt, (N, M), L, (n, k) in itertools.product(["bfloat16", "float32"], [(2, 4), (8, 32)], [1, 16],
@@ -64,10 +65,12 @@ def cells(quick: bool, patterns=PATTERNS):
                 yield dt, N, M, L, m, n, k
         return
     for dt in ("bfloat16", "float32", "float16"):
+        if dt not in dtypes:
+            continue
         layers = LAYERS if dt != "float16" else [(4096, 4096), (4096, 14336)]
         ls = LS if dt != "float16" else [1, 16, 32]
         for (n, k), (N, M), L in itertools.product(layers, patterns, ls):
-            for m in MS:
+            for m in ms:
                 yield dt, N, M, L, m, n, k
 
 
@@ -140,11 +143,20 @@ def main():
                     help="do not time a plan estimated above this many times the cell's best estimate (0: time all)")
     ap.add_argument("--patterns", default=None,
                     help="comma list of N:M: sweep only these and replace their rows in an existing --out")
+    ap.add_argument("--ms", default=None, help="comma list of m: sweep only these (rows replaced as --patterns)")
+    ap.add_argument("--dtypes", default=None, help="comma list of dtype names: sweep only these (likewise)")
     args = ap.parse_args()
-    patterns = PATTERNS
+    patterns, ms, dtypes = PATTERNS, MS, tuple(DTYPES)
     if args.patterns:
         patterns = [tuple(int(v) for v in p.split(":")) for p in args.patterns.split(",")]
         assert all(p in PATTERNS for p in patterns), f"--patterns: choose from {PATTERNS}"
+    if args.ms:
+        ms = [int(v) for v in args.ms.split(",")]
+        assert all(m in MS for m in ms), f"--ms: choose from {MS}"
+    if args.dtypes:
+        dtypes = tuple(args.dtypes.split(","))
+        assert all(d in DTYPES for d in dtypes), f"--dtypes: choose from {list(DTYPES)}"
+    partial = bool(args.patterns or args.ms or args.dtypes)
     assert torch.cuda.is_available() and nmspmm.cuda_kernels_built(), "needs a GPU and nmspmm built with CUDA"
     common.set_tf32(False)
     props = torch.cuda.get_device_properties(0)
@@ -157,11 +169,11 @@ def main():
     cublas_cache = {}
     weight_key, weight = None, None
     t_start = time.time()
-    if args.patterns and not os.path.exists(args.out):
-        # A re-sweep of some patterns replaces their rows in the full table; without it the written
-        # table would hold those patterns only.
-        sys.exit(f"--patterns re-sweeps in place: --out {args.out} must hold the full table")
-    all_cells = list(cells(args.quick, patterns))
+    if partial and not os.path.exists(args.out):
+        # A re-sweep of some cells replaces their rows in the full table; without it the written
+        # table would hold those cells only.
+        sys.exit(f"--patterns / --ms / --dtypes re-sweep in place: --out {args.out} must hold the full table")
+    all_cells = list(cells(args.quick, patterns, ms, dtypes))
     for i, (dt, N, M, L, m, n, k) in enumerate(all_cells):
         dtype = DTYPES[dt]
         key = (dt, N, M, L, n, k)
@@ -209,11 +221,15 @@ def main():
             common.log(f"{i + 1}/{len(all_cells)} cells, {time.time() - t_start:.0f} s")
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     swept = rows
-    if args.patterns and os.path.exists(args.out):
+    if partial and os.path.exists(args.out):
         import csv
+
+        def swept_cell(r):
+            return (int(r["N"]), int(r["M"])) in patterns and int(r["m"]) in ms and r["dtype"] in dtypes
+
         with open(args.out, newline="") as f:
-            kept = [r for r in csv.DictReader(f) if (int(r["N"]), int(r["M"])) not in patterns]
-        common.log(f"keeping {len(kept)} rows of other patterns from {args.out}")
+            kept = [r for r in csv.DictReader(f) if not swept_cell(r)]
+        common.log(f"keeping {len(kept)} rows of the other cells from {args.out}")
         rows = kept + rows
     common.write_csv(args.out, rows, COLUMNS)
     common.log(f"wrote {len(rows)} rows to {args.out}")

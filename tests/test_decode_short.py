@@ -22,7 +22,7 @@ KERNEL = {torch.float32: "decode_f32_splitk", torch.bfloat16: "decode_splitk_bf1
 DTYPES = list(KERNEL)
 EXPAND = {torch.float32: "dense_expand_f32", torch.bfloat16: "dense_expand_bf16", torch.float16: "dense_expand_f16"}
 LS = [1, 2, 4, 8, 16]
-PATTERNS = [(2, 4), (16, 32), (8, 32), (4, 32), (3, 8)]
+PATTERNS = [(2, 4), (16, 32), (8, 32), (4, 32), (3, 8), (5, 64)]
 MS = [1, 2, 3, 5, 8, 13, 16]
 FLOOR = {torch.float32: 2.0 ** -16, torch.bfloat16: 2.0 ** -12, torch.float16: 2.0 ** -12}
 
@@ -96,10 +96,13 @@ def test_heuristic_plan_matches_fp64(m, L, dtype):
             pass
         elif L < 4 or (dtype != torch.float32 and L < 16):
             # The policy's least estimated time: this family, or (larger m, tiny layers) the
-            # expansion in the same dtype, the generic fp32 kernel or (L >= 4) an fp32 decode kernel
-            # on upcast inputs; this family at m = 1 on wide layers.
-            upcast_decode = L >= 4 and nmspmm.kernel_info(kernel).family in ("decode_cluster", "decode_staged")
-            assert kernel in (KERNEL[dtype], EXPAND[dtype], "generic_f32") or upcast_decode, (m, n, k, N, M, L, kernel)
+            # expansion in the same dtype (per call, or fused: 16-bit), the generic fp32 kernel or
+            # (L >= 4) an fp32 decode kernel on upcast inputs; this family at m = 1 on wide layers.
+            family = nmspmm.kernel_info(kernel).family
+            upcast_decode = L >= 4 and family in ("decode_cluster", "decode_staged")
+            fused = dtype != torch.float32 and family in ("expand_mma", "expand_wgmma")
+            assert kernel in (KERNEL[dtype], EXPAND[dtype], "generic_f32") or upcast_decode or fused, \
+                (m, n, k, N, M, L, kernel)
             if m == 1 and n * k >= 1000 * 4096:
                 assert kernel == KERNEL[dtype], (m, n, k, N, M, L, kernel)
         x = torch.randn(m, k, device="cuda").to(dtype)
@@ -169,9 +172,10 @@ def test_deterministic(L, dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("L", [1, 2, 8])
-def test_corrupted_index_bytes_are_masked(L, dtype):
+@pytest.mark.parametrize("N,M", [(2, 8), (5, 64)], ids=str)
+def test_corrupted_index_bytes_are_masked(N, M, L, dtype):
     """Index bytes >= M read as b & (M - 1) (docs/format.md, "Masking guarantee"); repeats add."""
-    N, M, m, n, k = 2, 8, 4, cols_for(100, L), 256
+    m, n, k = 4, cols_for(100, L), 256
     values, indices, _ = weight(n, k, N, M, L, dtype, 6)
     bad = torch.randint(0, 256, indices.shape, device="cuda", dtype=torch.uint8)
     masked = (bad & (M - 1)).long()

@@ -9,10 +9,18 @@
 // bytes at L = 1 (one 16- / 32-bit load where aligned, else byte loads). All R rows' loads are in
 // flight before the math. Bytes read per column and compressed row: sizeof(T) + 1 / L.
 //
-// x is staged in shared memory as fp32, column-major ([inputs][MR]), in chunks of 512 inputs: one
-// input's MR rows are contiguous, so a column's lookup reads 4 rows per 16-byte shared load. Rows of
-// x >= m are staged as zero; every index byte is masked with M - 1 (M a power of two, format.md),
-// so a corrupted index never reads outside its window.
+// x is staged in shared memory in chunks of 512 inputs, rows of x >= m as zero; every index byte is
+// masked with M - 1 (M a power of two, format.md), so a corrupted index never reads outside its
+// window.
+//  - shared-memory lookup (fp32; fp16 / bf16 at MR <= 4, and MR = 8 at L >= 4): as fp32,
+//    column-major ([inputs][MR]): one input's MR rows are contiguous, so a column's lookup reads 4
+//    rows per 16-byte shared load.
+//  - shuffle lookup (fp16 / bf16 at MR = 16, and MR = 8 at L < 4): as pairs of rows in 32-bit
+//    words, row-pair-major ([MR / 2][inputs]). A warp holds a group of 32 inputs (64 at M = 64) in
+//    registers, lane j input j, read without bank conflicts, and a column's lookup is one shuffle
+//    from the lane of its input per pair of rows. Random 16-byte shared loads conflict (several
+//    wavefronts per quarter warp where 1 is the least); a shuffle never does and moves 2 rows of 16
+//    bits, but costs an unpack per pair: it pays where a lookup reads many rows (shuffle_lookup).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -67,13 +75,22 @@ struct Bits16 {
     return make_uint2(s[0] | (static_cast<uint32_t>(s[1]) << 16), s[2] | (static_cast<uint32_t>(s[3]) << 16));
   }
 };
+// unpack_pair: the two values of a word of x pairs (row 2p in the low half, row 2p + 1 in the high).
 struct F16 : Bits16<F16> {
   __device__ __forceinline__ static float to_float(S h) { return __half2float(__ushort_as_half(h)); }
   __device__ __forceinline__ static S from_float(float f) { return __half_as_ushort(__float2half_rn(f)); }
+  __device__ __forceinline__ static void unpack_pair(uint32_t v, float& lo, float& hi) {
+    lo = __half2float(__ushort_as_half(static_cast<unsigned short>(v & 0xffffu)));
+    hi = __half2float(__ushort_as_half(static_cast<unsigned short>(v >> 16)));
+  }
 };
 struct BF16 : Bits16<BF16> {
   __device__ __forceinline__ static float to_float(S h) { return __uint_as_float(static_cast<uint32_t>(h) << 16); }
   __device__ __forceinline__ static S from_float(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
+  __device__ __forceinline__ static void unpack_pair(uint32_t v, float& lo, float& hi) {
+    lo = __uint_as_float(v << 16);
+    hi = __uint_as_float(v & 0xffff0000u);
+  }
 };
 
 // The 4 values of a lane's columns col..col+3 in compressed row p (p points at column col): one
@@ -171,16 +188,67 @@ __device__ __forceinline__ void stage_x(float* xs, const typename T::S* x, int64
   }
 }
 
-// VL: output columns per index byte within a lane's 4 columns (min(L, 4)).
-template <class T, int MR, int VL>
-__global__ void __launch_bounds__(kWarps * 32) decode_splitk_kernel(const DecodeSplitKArgs a) {
+// The 16-bit path's x: pairs of rows per 32-bit word, P words per input.
+template <int MR>
+constexpr int kPairs = (MR + 1) / 2;
+
+// Stages x[0:MR, c0 : c0 + ncols] into xs[p * kXCols + c] as pairs of rows (row 2p low, 2p + 1
+// high; rows >= m zero): a thread per input, coalesced global reads along k, conflict-free stores.
+template <class T, int MR>
+__device__ __forceinline__ void stage_x_pairs(uint32_t* xs, const typename T::S* x, int64_t ldx, int64_t m,
+                                              int64_t c0, int ncols, int tid) {
+  for (int c = tid; c < ncols; c += kWarps * 32) {
+    const typename T::S* const src = x + c0 + c;
+#pragma unroll
+    for (int p = 0; p < kPairs<MR>; ++p) {
+      const uint32_t lo = 2 * p < m ? __ldg(src + (2 * p) * ldx) : 0u;
+      const uint32_t hi = 2 * p + 1 < MR && 2 * p + 1 < m ? __ldg(src + (2 * p + 1) * ldx) : 0u;
+      xs[p * kXCols + c] = lo | (hi << 16);
+    }
+  }
+}
+
+// row_fma for the shuffle path: xr[s][p] holds the warp's group of inputs (lane j: input s * 32 + j;
+// SETS = 2 at M = 64), ib the in-group position of the row's window. Every lane of the warp calls it.
+template <class T, int MR, int VL, int SETS>
+__device__ __forceinline__ void row_fma_shfl(float (&acc)[MR][4], const float (&w)[4], uint32_t idx, int ib, int mask,
+                                             const uint32_t (&xr)[SETS][kPairs<MR>]) {
+#pragma unroll
+  for (int t = 0; t < 4 / VL; ++t) {
+    const int pos = ib + static_cast<int>((idx >> (8 * t)) & mask);
+#pragma unroll
+    for (int p = 0; p < kPairs<MR>; ++p) {
+      uint32_t v = __shfl_sync(0xffffffffu, xr[0][p], pos & 31);
+      if constexpr (SETS == 2) {
+        const uint32_t v1 = __shfl_sync(0xffffffffu, xr[1][p], pos & 31);
+        v = pos >= 32 ? v1 : v;
+      }
+      float lo, hi;
+      T::unpack_pair(v, lo, hi);
+#pragma unroll
+      for (int jj = 0; jj < VL; ++jj) {
+        acc[2 * p][t * VL + jj] = fmaf(lo, w[t * VL + jj], acc[2 * p][t * VL + jj]);
+        if constexpr (MR > 1) acc[2 * p + 1][t * VL + jj] = fmaf(hi, w[t * VL + jj], acc[2 * p + 1][t * VL + jj]);
+      }
+    }
+  }
+}
+
+// VL: output columns per index byte within a lane's 4 columns (min(L, 4)). kShfl: the shuffle
+// lookup (16-bit only), SETS register sets of 32 inputs (2 at M = 64); else the shared-memory one.
+template <class T, int MR, int VL, bool kShfl, int SETS>
+__global__ void __launch_bounds__(kWarps * 32, kShfl && SETS == 1 && MR >= 8 ? 4 : 1) decode_splitk_kernel(const DecodeSplitKArgs a) {
   using S = typename T::S;
-  // Rows per batch: half as many at MR >= 8, whose 32-64 accumulators leave fewer registers.
-  constexpr int R = MR >= 8 ? T::kRows / 2 : T::kRows;
-  // The x chunk [kXCols][MR]; reused for the warps' partial sums [kWarps][MR][kCols].
+  static_assert(!kShfl || !std::is_same<T, F32>::value, "the shuffle lookup is for 16-bit x");
+  // Rows per batch: half as many at MR >= 8, whose 32-64 accumulators leave fewer registers, a
+  // quarter on the shuffle path at MR = 16 (four blocks of 128 registers a thread per SM).
+  constexpr int R = kShfl && MR >= 16 ? T::kRows / 4 : MR >= 8 ? T::kRows / 2 : T::kRows;
+  // The x chunk ([kXCols][MR] fp32, or [kPairs][kXCols] words); reused for the warps' partial sums
+  // [kWarps][MR][kCols].
   static_assert(kWarps * kCols <= kXCols, "the partial sums fit the x buffer");
   __shared__ float4 smem_f4[MR * kXCols / 4];
   float* const xs = reinterpret_cast<float*>(smem_f4);
+  uint32_t* const xs_pairs = reinterpret_cast<uint32_t*>(smem_f4);
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int64_t n = a.n, k = a.k, m = a.m;
@@ -207,12 +275,23 @@ __global__ void __launch_bounds__(kWarps * 32) decode_splitk_kernel(const Decode
 #pragma unroll
     for (int j = 0; j < 4; ++j) acc[i][j] = 0.f;
 
+  // The shuffle path's group of inputs in registers: G = 32 * SETS inputs starting at chunk input
+  // xg * G; xg = -1: none loaded.
+  constexpr int G = 32 * SETS;
+  uint32_t xr[SETS][kPairs<MR>];
+  int xg = -1;
+
   for (int64_t gc = g_begin; gc < g_end; gc += chunk_windows) {
     const int64_t ge = gc + chunk_windows < g_end ? gc + chunk_windows : g_end;
     __syncthreads();  // the previous chunk's math is done with xs
-    stage_x<T, MR>(xs, x, a.ldx, m, gc * M, static_cast<int>((ge - gc) * M), tid);
+    if constexpr (kShfl)
+      stage_x_pairs<T, MR>(xs_pairs, x, a.ldx, m, gc * M, static_cast<int>((ge - gc) * M), tid);
+    else
+      stage_x<T, MR>(xs, x, a.ldx, m, gc * M, static_cast<int>((ge - gc) * M), tid);
     __syncthreads();
-    if (!col_ok) continue;
+    xg = -1;
+    // The shuffles need every lane of a warp: lanes past n load nothing and add zeros.
+    if (!kShfl && !col_ok) continue;
     const int64_t u_begin = gc * N, u_end = ge * N;
     for (int64_t ub = u_begin + static_cast<int64_t>(warp) * R; ub < u_end; ub += kWarps * R) {
       // The batch's loads, all issued before its math; rows past the chunk re-read its last row.
@@ -221,6 +300,11 @@ __global__ void __launch_bounds__(kWarps * 32) decode_splitk_kernel(const Decode
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         const int64_t u = ub + r < u_end ? ub + r : u_end - 1;
+        if (kShfl && !col_ok) {
+          b[r] = typename T::V4{};
+          idx[r] = 0;
+          continue;
+        }
         b[r] = load_values<T>(values + u * n + col, v_vec, col, n);
         idx[r] = load_index<VL>(a.indices + u * q + icol, i_vec, col, n);
       }
@@ -237,7 +321,21 @@ __global__ void __launch_bounds__(kWarps * 32) decode_splitk_kernel(const Decode
         for (int r = 0; r < R; ++r) {
           float w[4];
           T::unpack(b[r], w);
-          if (decltype(whole)::value || ub + r < u_end) row_fma<MR, VL>(acc, w, idx[r], cbase, M - 1, xs);
+          if (decltype(whole)::value || ub + r < u_end) {
+            if constexpr (kShfl) {
+              const int g = cbase / G;  // warp-uniform
+              if (g != xg) {
+                xg = g;
+#pragma unroll
+                for (int st = 0; st < SETS; ++st)
+#pragma unroll
+                  for (int p = 0; p < kPairs<MR>; ++p) xr[st][p] = xs_pairs[p * kXCols + g * G + st * 32 + lane];
+              }
+              row_fma_shfl<T, MR, VL, SETS>(acc, w, idx[r], cbase - g * G, M - 1, xr);
+            } else {
+              row_fma<MR, VL>(acc, w, idx[r], cbase, M - 1, xs);
+            }
+          }
           if (++s == N) {
             s = 0;
             cbase += M;
@@ -323,12 +421,26 @@ __global__ void reduce_splits_kernel(const float* __restrict__ ws, int splits, i
 
 inline bool pow2(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
 
+// Where the shuffle lookup pays (16-bit x): 16 rows of x, or 8 at L < 4 (an A/B on H200 decode
+// cells: docs/kernels.md, "Short vectors").
+template <class T, int MR, int VL>
+constexpr bool shuffle_lookup() {
+  return !std::is_same<T, F32>::value && (MR >= 16 || (MR == 8 && VL < 4));
+}
+
 template <class T, int MR, int VL>
 cudaError_t launch_mr(const DecodeSplitKArgs& a, cudaStream_t stream) {
   const int64_t blocks_n = (a.n + kCols - 1) / kCols;
   if (blocks_n > 0x7fffffff || a.split_k > 65535) return cudaErrorInvalidConfiguration;
   const dim3 grid(static_cast<unsigned>(blocks_n), static_cast<unsigned>(a.split_k));
-  decode_splitk_kernel<T, MR, VL><<<grid, kWarps * 32, 0, stream>>>(a);
+  if constexpr (shuffle_lookup<T, MR, VL>()) {
+    if (a.M > 32)
+      decode_splitk_kernel<T, MR, VL, true, 2><<<grid, kWarps * 32, 0, stream>>>(a);
+    else
+      decode_splitk_kernel<T, MR, VL, true, 1><<<grid, kWarps * 32, 0, stream>>>(a);
+  } else {
+    decode_splitk_kernel<T, MR, VL, false, 1><<<grid, kWarps * 32, 0, stream>>>(a);
+  }
   return cudaGetLastError();
 }
 
