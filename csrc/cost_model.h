@@ -436,7 +436,9 @@ inline double decode_cost_us(Kernel kernel, int64_t n, int64_t k, int64_t N, int
 // L < 4), k n the staging of x by every column block, split n the split-K partial sums written and
 // reduced. Coefficients at m = 2, 4, 8, 16 (linear in m between, 0 at m = 1, held above 16),
 // least squares on the H200 plan table per kernel and vector-length class (median error 2-12 us of
-// the added time at m = 16; the fit is of that table's six Llama layers).
+// the added time at m = 16; the fit is of that table's six Llama layers). The 16-bit kernels' m = 8
+// (L < 4) and m = 16 points are those of their shuffle lookup (spmm_decode_splitk.cuh; median error
+// 2-4% of the time).
 struct DecodeRowsFit {
   double wn[5], kn[5], sn[5];
   int64_t m[5] = {2, 4, 8, 16, 64};
@@ -445,12 +447,12 @@ constexpr DecodeRowsFit kSplitKF32L1{{-0.029, -0.192, 0.298, 2.960, 2.960}, {0.0
                                      {8.12, 17.25, 25.19, 42.74, 42.74}};
 constexpr DecodeRowsFit kSplitKF32L2{{-0.106, -0.087, 0.091, 1.137, 1.137}, {0.019, 0.038, 0.152, 0.568, 0.568},
                                      {10.40, 14.09, 19.57, 51.32, 51.32}};
-constexpr DecodeRowsFit kSplitKHalfL1{{-0.006, 0.145, 0.623, 3.068, 3.068}, {0.006, 0.091, 0.386, 1.355, 1.355},
-                                      {7.60, 23.18, 36.66, 37.13, 37.13}};
-constexpr DecodeRowsFit kSplitKHalfL2{{0.024, 0.053, 0.198, 1.464, 1.464}, {-0.006, 0.042, 0.239, 0.773, 0.773},
-                                      {7.24, 5.95, 2.33, 52.42, 52.42}};
-constexpr DecodeRowsFit kSplitKHalfL4{{0.043, 0.245, 0.386, 0.907, 0.907}, {0.004, -0.001, 0.089, 0.422, 0.422},
-                                      {2.67, 22.28, 0.82, 40.72, 40.72}};
+constexpr DecodeRowsFit kSplitKHalfL1{{-0.006, 0.145, 0.827, 1.820, 1.820}, {0.006, 0.091, 0.028, 0.098, 0.098},
+                                      {7.60, 23.18, 21.44, 29.78, 29.78}};
+constexpr DecodeRowsFit kSplitKHalfL2{{0.024, 0.053, 0.694, 1.439, 1.439}, {-0.006, 0.042, 0.025, 0.095, 0.095},
+                                      {7.24, 5.95, 18.72, 26.82, 26.82}};
+constexpr DecodeRowsFit kSplitKHalfL4{{0.043, 0.245, 0.386, 1.191, 1.191}, {0.004, -0.001, 0.089, 0.091, 0.091},
+                                      {2.67, 22.28, 0.82, 30.00, 30.00}};
 inline double decode_rows_us(Kernel kernel, int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, int64_t L,
                              int split) {
   const KernelInfo& info = kernel_info(kernel);
