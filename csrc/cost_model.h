@@ -414,6 +414,14 @@ constexpr DecodeRate kDecodeTcRate{3.37, 2.88e6};
 // bytes' time 1.3x (0.3-4 us more, from 1024 x 4096 to 14336 x 4096).
 constexpr DecodeRate kDecodeSparseTcRate{2.6, 3.6e6};
 constexpr double kDecodeSparseTcTwoTiles = 1.3;
+// decode_tc's kept-rows block beyond m = 16 (m up to 64 on weights below 2^25 elements): every
+// vector gathers the kept rows of x for each token, which the streaming rate does not see. Least
+// squares on the H200 plan table's m = 64 cells of that block (11; within 10% of the time): 3.36 us
+// plus 1.66 us per million (token, vector, kept input) triples.
+inline double decode_tc_kept_gather_us(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, int64_t L) {
+  const double triples = static_cast<double>(m) * static_cast<double>(n / L) * static_cast<double>(k / M * N);
+  return 3.36 + 1.66 * triples * 1e-6;
+}
 constexpr DecodeRate kDecodeSplitKF32Rate{6.49, 3.85e6};
 constexpr DecodeRate kDecodeSplitKHalfRate{6.76, 3.18e6};
 inline double decode_cost_us(Kernel kernel, int64_t n, int64_t k, int64_t N, int64_t M, int64_t L) {

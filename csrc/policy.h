@@ -363,7 +363,8 @@ inline PlanCost plan_decode_tc(const Problem& pb, const Candidates& c) {
   // 2:4 at m = 64 on 4096 x 4096 and 1024 x 4096: 2.5-4.5x the m = 1 time).
   const bool kept = plan.kernel == Kernel::kDecodeTcBF16Kept64 || plan.kernel == Kernel::kDecodeTcF16Kept64;
   const double rows = pb.m > 32 && !kept ? static_cast<double>(pb.m) / 16.0 : 1.0;
-  return plan_cost(pb, plan, rows * decode_cost_us(plan.kernel, pb.n, pb.k, pb.N, pb.M, pb.L) +
+  const double gather = kept && pb.m > 16 ? decode_tc_kept_gather_us(pb.m, pb.n, pb.k, pb.N, pb.M, pb.L) : 0.0;
+  return plan_cost(pb, plan, rows * decode_cost_us(plan.kernel, pb.n, pb.k, pb.N, pb.M, pb.L) + gather +
                                  decode_rows_us(plan.kernel, pb.m, pb.n, pb.k, pb.N, pb.M, pb.L, plan.split_k));
 }
 
