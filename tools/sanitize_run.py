@@ -15,6 +15,8 @@ cases = [(1, 160, 96, 2, 4, 16), (2, 320, 224, 4, 32, 32), (5, 256, 192, 8, 32, 
          (9, 256, 1536, 4, 32, 32),  # several staged x chunks per block (staged decode)
          # the split-K decode family at L < 4: n % 4 != 0 (scalar loads), several x chunks, m < MR
          (3, 37, 96, 2, 4, 1), (13, 38, 1536, 3, 8, 2), (5, 1000, 256, 4, 32, 8),
+         # ... and its shuffle lookup at M = 64 (two register sets of 32 inputs), n % 4 != 0
+         (11, 70, 320, 5, 64, 1),
          # 2:4 on the sparse tensor cores: every token tile with m, n and k tails, and L = 1, 2, 128
          (70, 200, 136, 2, 4, 1), (300, 264, 520, 2, 4, 2), (4, 384, 1032, 2, 4, 128),
          # 2:4 decode: k not a multiple of the 32-input step or of 8, two token tiles
