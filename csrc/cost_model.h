@@ -10,6 +10,7 @@
 
 #include "cuda/kernels/half/expand_mma_geometry.h"
 #include "cuda/kernels/half/expand_wgmma_geometry.h"
+#include "cuda/kernels/half/gather_wgmma_geometry.h"
 #include "cuda/kernels/half/tc_prefill_stage.h"
 #include "registry.h"
 
@@ -646,6 +647,38 @@ inline double expand_wgmma_cost_us(int tile, int64_t m, int64_t n, int64_t k, in
   const double bytes = compressed_bytes(n, k, N, M, L, 2) + 2.0 * static_cast<double>(m) * static_cast<double>(k + n);
   const double memory = bytes / kHbmBytesPerUs;
   return c.fixed_us + (grid > memory ? grid : memory);
+}
+
+// gather_wgmma_* (sm_90a): the x transpose (its bytes read and written at 3 TB/s), then rounds of
+// one block per SM (cluster splits of 4 and 8 place 124 and 120 at a time); a block pays a fixed
+// part (pipeline fill, epilogue) and its stages of 32 compressed rows, each bound by the producer's
+// gathered copies: a 256-token stage costs per SM 0.89 us at L = 64 (two vectors' rows) and 0.69 us
+// at L = 128, a 128-token stage 0.6 of that. Fitted on an H200 (bf16, 16:32, 8:32, 4:32 x L = 64,
+// 128 x 4096 x 4096, 11008 x 4096, 8192 x 8192 x m = 256, 1024, 4096; best tile and split of each
+// cell: estimate / measured 0.98-1.04 at m = 4096, up to 1.2 at m = 256).
+struct GatherWgmmaCost {
+  double transpose_us;        // per call: the transpose's launch and the main kernel's
+  double transpose_bytes_per_us;
+  double block_us;            // per round of blocks
+  double stage64_us, stage128_us;  // per 256-token stage at L = 64 / 128
+  double tile128_factor;      // a 128-token stage, relative
+  double split_us;            // the cluster launch and the on-chip sum of a split
+  double cluster4_fill, cluster8_fill;
+};
+constexpr GatherWgmmaCost kGatherWgmmaCost{3.0, 3.0e6, 6.4, 0.892, 0.689, 0.6, 2.0, 124.0 / 132, 120.0 / 132};
+inline double gather_wgmma_cost_us(int tile, int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, int64_t L,
+                                   int split, int num_sms) {
+  const GatherWgmmaCost& c = kGatherWgmmaCost;
+  const double sms = num_sms > 0 ? num_sms : 132;
+  const double resident = split <= 2 ? sms : split == 4 ? sms * c.cluster4_fill : sms * c.cluster8_fill;
+  const double blocks = static_cast<double>((n + 127) / 128) * static_cast<double>((m + tile - 1) / tile) * split;
+  const double rounds = std::ceil(blocks / std::floor(resident));
+  const int64_t nst = (k / M * N + kernels::gather_wgmma::kRows - 1) / kernels::gather_wgmma::kRows;
+  const double stages = static_cast<double>((nst + split - 1) / split);
+  const double stage = (L >= 128 ? c.stage128_us : c.stage64_us) * (tile >= 256 ? 1.0 : c.tile128_factor);
+  const double m_pad = static_cast<double>((m + 7) / 8 * 8);
+  const double transpose = c.transpose_us + 4.0 * m_pad * static_cast<double>(k) / c.transpose_bytes_per_us;
+  return transpose + rounds * (c.block_us + stages * stage) + (split > 1 ? c.split_us : 0.0);
 }
 
 }  // namespace nmspmm

@@ -483,6 +483,27 @@ inline PlanCost plan_expand_wgmma(const Problem& pb, const Candidates& c) {
   return best;
 }
 
+// The Hopper gathered operand (fp16 / bf16, sm_90a, gather_wgmma::shape_supported), at L = 128 and
+// m > 64: the cheapest (token tile, cluster split of 1, 2, 4, 8) under gather_wgmma_cost_us, each
+// split keeping at least 4 stages. L = 64 runs it through spmm_with_plan only until the plan table
+// (tests/test_policy_table.py) holds its times.
+inline PlanCost plan_gather_wgmma(const Problem& pb, const Candidates& c) {
+  if (pb.dtype == DType::kF32 || pb.L != 128 || pb.m <= 64 ||
+      !kernels::gather_wgmma::shape_supported(pb.n, pb.k, pb.N, pb.M, pb.L))
+    return kNoPlan;
+  PlanCost best = kNoPlan;
+  const int64_t stages = (pb.k / pb.M * pb.N + kernels::gather_wgmma::kRows - 1) / kernels::gather_wgmma::kRows;
+  for (const KernelInfo& k : kKernelTable) {
+    if (k.family != Family::kGatherWgmma || k.dtype != pb.dtype || !c.has(k.id)) continue;
+    for (int split = 1; split <= kMaxGatherWgmmaSplit; split *= 2) {
+      if (split > 1 && stages < 4 * split) break;
+      best = cheaper(best, plan_cost(pb, {k.id, split},
+                                     gather_wgmma_cost_us(k.tile_m, pb.m, pb.n, pb.k, pb.N, pb.M, pb.L, split, pb.num_sms)));
+    }
+  }
+  return best;
+}
+
 // Never planned (col_info, see registry_candidates).
 inline PlanCost plan_none(const Problem&, const Candidates&) { return kNoPlan; }
 
@@ -506,6 +527,7 @@ constexpr FamilyPlan kFamilyPlanners[] = {
     {Family::kProducer, &plan_producer},
     {Family::kProducerTail, &plan_producer_tail},
     {Family::kTcPrefill, &plan_tc_prefill},
+    {Family::kGatherWgmma, &plan_gather_wgmma},
     {Family::kExpandWgmma, &plan_expand_wgmma},
     {Family::kExpandMma, &plan_expand_mma},
     {Family::kDenseExpand, &plan_dense_expand},

@@ -39,6 +39,7 @@ enum class Family : int {
   kDecodeSparseTc, // fp16 / bf16, m <= 64, clusters, 2:4 (any L): decode_tc's stream into mma.sp
   kExpandMma,      // fp16 / bf16, sm_80+, L <= 32: the weight expanded per warp in shared memory, mma.sync
   kExpandWgmma,    // fp16 / bf16, sm_90a, M <= 64: expansion warps feed a dense operand to wgmma
+  kGatherWgmma,    // fp16 / bf16, sm_90a, L = 64 or 128: kept rows of x gathered into wgmma's operand
 };
 inline const char* family_name(Family f) {
   switch (f) {
@@ -58,6 +59,7 @@ inline const char* family_name(Family f) {
     case Family::kDecodeSparseTc: return "decode_sparse_tc";
     case Family::kExpandMma: return "expand_mma";
     case Family::kExpandWgmma: return "expand_wgmma";
+    case Family::kGatherWgmma: return "gather_wgmma";
   }
   return "?";
 }
@@ -121,6 +123,10 @@ enum class Kernel : int {
   kExpandWgmmaBF16_128x128,
   kExpandWgmmaF16_64x128,
   kExpandWgmmaF16_128x128,
+  kGatherWgmmaBF16_128x128,
+  kGatherWgmmaBF16_256x128,
+  kGatherWgmmaF16_128x128,
+  kGatherWgmmaF16_256x128,
   kCount,
   kNone = -1,
 };
@@ -136,6 +142,8 @@ constexpr int kMaxSparseTcSplit = 8;
 constexpr int kMaxExpandMmaSplit = 32;
 // Largest split_k (cluster size) of the Hopper fused-expansion kernels; they take 1, 2, 4 or 8.
 constexpr int kMaxExpandWgmmaSplit = 8;
+// Largest split_k (cluster size) of the Hopper gathered-operand kernels; they take 1, 2, 4 or 8.
+constexpr int kMaxGatherWgmmaSplit = 8;
 // Largest m of the fp16 / bf16 prefill kernel (its x transpose's grid; larger m takes the dense
 // expansion).
 constexpr int kTcPrefillMaxM = 65535 * 64;
@@ -237,6 +245,14 @@ constexpr KernelInfo kKernelTable[] = {
     {Kernel::kExpandWgmmaBF16_128x128, "expand_wgmma_bf16_128x128_sm90a", Family::kExpandWgmma, DType::kBF16, 128, 128, 17, 0, 1, 64, 65535 * 128, 90, true, false, false, kMaxExpandWgmmaSplit},
     {Kernel::kExpandWgmmaF16_64x128, "expand_wgmma_f16_64x128_sm90a", Family::kExpandWgmma, DType::kF16, 64, 128, 17, 0, 1, 64, 65535 * 64, 90, true, false, false, kMaxExpandWgmmaSplit},
     {Kernel::kExpandWgmmaF16_128x128, "expand_wgmma_f16_128x128_sm90a", Family::kExpandWgmma, DType::kF16, 128, 128, 17, 0, 1, 64, 65535 * 128, 90, true, false, false, kMaxExpandWgmmaSplit},
+    // The Hopper gathered operand (kernels/half/gather_wgmma_sm90.cuh): blocks of tile_m tokens x 128
+    // outputs, two consumer warpgroups + a producer warpgroup; L = 64 or 128 and M a power of two
+    // <= 64 (kernel_supports); it makes its own k-major copy of x (m up to 65535 x 64, the
+    // transpose's grid); split_k (1, 2, 4, 8) = cluster size.
+    {Kernel::kGatherWgmmaBF16_128x128, "gather_wgmma_bf16_128x128_sm90a", Family::kGatherWgmma, DType::kBF16, 128, 128, 12, 0, 64, 64, kTcPrefillMaxM, 90, true, false, false, kMaxGatherWgmmaSplit},
+    {Kernel::kGatherWgmmaBF16_256x128, "gather_wgmma_bf16_256x128_sm90a", Family::kGatherWgmma, DType::kBF16, 256, 128, 12, 0, 64, 64, kTcPrefillMaxM, 90, true, false, false, kMaxGatherWgmmaSplit},
+    {Kernel::kGatherWgmmaF16_128x128, "gather_wgmma_f16_128x128_sm90a", Family::kGatherWgmma, DType::kF16, 128, 128, 12, 0, 64, 64, kTcPrefillMaxM, 90, true, false, false, kMaxGatherWgmmaSplit},
+    {Kernel::kGatherWgmmaF16_256x128, "gather_wgmma_f16_256x128_sm90a", Family::kGatherWgmma, DType::kF16, 256, 128, 12, 0, 64, 64, kTcPrefillMaxM, 90, true, false, false, kMaxGatherWgmmaSplit},
 };
 constexpr int kNumKernels = static_cast<int>(Kernel::kCount);
 static_assert(sizeof(kKernelTable) / sizeof(kKernelTable[0]) == kNumKernels, "one kKernelTable row per Kernel");
@@ -333,6 +349,8 @@ inline bool kernel_supports(Kernel kernel, int64_t m, int64_t N, int64_t M, int6
   if (k.family == Family::kExpandMma) return L <= 32;
   // The Hopper fused expansion: a 16-byte index box covers the block's 128 / L vectors.
   if (k.family == Family::kExpandWgmma) return L <= 128;
+  // The gathered operand: a block's 128 outputs hold whole vectors; positions masked with M - 1.
+  if (k.family == Family::kGatherWgmma) return L <= 128 && (M & (M - 1)) == 0;
   // The sparse tensor cores select 2 of every 4 inputs.
   if (k.family == Family::kSparseTc || k.family == Family::kDecodeSparseTc) return N == 2 && M == 4;
   return true;
@@ -356,7 +374,8 @@ inline bool sparse_tc_split_ok(int split) { return split == 1 || split == 2 || s
 // The kernels whose split is a cluster of 1, 2, 4 or 8 blocks summed on chip.
 inline bool is_cluster_split_kernel(Kernel kernel) {
   return valid_kernel(kernel) &&
-         (kernel_info(kernel).family == Family::kSparseTc || kernel_info(kernel).family == Family::kExpandWgmma);
+         (kernel_info(kernel).family == Family::kSparseTc || kernel_info(kernel).family == Family::kExpandWgmma ||
+          kernel_info(kernel).family == Family::kGatherWgmma);
 }
 inline bool is_dense_expand_kernel(Kernel kernel) {
   return valid_kernel(kernel) && kernel_info(kernel).family == Family::kDenseExpand;

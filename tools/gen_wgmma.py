@@ -32,13 +32,15 @@ template <typename T, int N>
 struct WgmmaSp;
 """
 
-def wrapper(ctype, ptx, n, sparse=True):
-    """One specialization: WgmmaSp (wgmma.mma_async.sp, k = 32, the metadata operand) or WgmmaDense
-    (wgmma.mma_async, k = 16)."""
+def wrapper(ctype, ptx, n, sparse=True, mn_major_b=False):
+    """One specialization: WgmmaSp (wgmma.mma_async.sp, k = 32, the metadata operand), WgmmaDense
+    (wgmma.mma_async, k = 16, B K-major) or WgmmaDenseMnB (the same with B MN-major)."""
     regs = n // 2
     dl = ", ".join(f"%{i}" for i in range(regs))
     outs = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
     name, op, k = ("WgmmaSp", "mma_async.sp", 32) if sparse else ("WgmmaDense", "mma_async", 16)
+    if mn_major_b:
+        name = "WgmmaDenseMnB"
     operands = f"%{regs}, %{regs + 1}" + (f", %{regs + 2}, 0" if sparse else "")
     lines = [f"template <>", f"struct {name}<{ctype}, {n}> {{",
              "  static __device__ __forceinline__ void mma(uint64_t desc_a, uint64_t desc_b, float* d"
@@ -46,7 +48,7 @@ def wrapper(ctype, ptx, n, sparse=True):
              "#if defined(__CUDA_ARCH_FEAT_SM90_ALL)",
              "    asm volatile(",
              f'        "wgmma.{op}.sync.aligned.m64n{n}k{k}.f32.{ptx}.{ptx} "',
-             f'        "{{{dl}}}, {operands}, 1, 1, 1, 1, 0;\\n"',
+             f'        "{{{dl}}}, {operands}, 1, 1, 1, 1, {1 if mn_major_b else 0};\\n"',
              f"        : {outs}",
              '        : "l"(desc_a), "l"(desc_b)' + (', "r"(meta));' if sparse else ");"),
              "#endif",
@@ -62,6 +64,8 @@ DENSE_HEAD = """\
 // WgmmaDense<T, N>::mma(desc_a, desc_b, d): d[64 x N] += A[64 x 16] * B[16 x N] on the tensor
 // cores, fp32 accumulation. A in shared memory, M-major (imm-trans-a = 1: rows of 64 outputs),
 // B in shared memory, K-major (N rows of 16 k). The accumulators keep their value (scale-d = 1).
+// WgmmaDenseMnB<T, N>: the same with B MN-major (imm-trans-b = 1: rows of N along the tokens, 16
+// such rows per k16), the layout of rows gathered from a k-major copy of x.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -73,6 +77,8 @@ namespace kernels {
 
 template <typename T, int N>
 struct WgmmaDense;
+template <typename T, int N>
+struct WgmmaDenseMnB;
 """
 
 
@@ -93,6 +99,9 @@ def main():
     for ctype, ptx in TYPES:
         for n in DENSE_WIDTHS:
             parts.append(wrapper(ctype, ptx, n, sparse=False))
+    for ctype, ptx in TYPES:
+        for n in DENSE_WIDTHS:
+            parts.append(wrapper(ctype, ptx, n, sparse=False, mn_major_b=True))
     parts.append("}  // namespace kernels\n}  // namespace nmspmm\n")
     write(os.path.join(kernels, "common", "wgmma_dense.h"), parts)
 

@@ -4,6 +4,9 @@
 //    L in {16, 32, 64, 128});
 //  * expand_mma_*: the fused expansion (kernels/half/expand_mma.cuh): the weight expanded per warp in
 //    shared memory and multiplied on the dense tensor cores (any N:M with L <= 32);
+//  * gather_wgmma_*: each vector's kept rows of a k-major copy of x gathered into a compact operand
+//    and multiplied by the compressed values on the dense tensor cores (kernels/half/
+//    gather_wgmma_sm90.cuh; wgmma, sm_90a, L = 64 or 128);
 //  * dense_expand_*: the weight expanded to dense for the call (kernels/half/expand_dense.cu), then
 //    cuBLAS, which the heuristic picks where its cost model says it is faster (large m). Everything runs on the current stream;
 // the k-major copy of x and the split-K partials live in one scratch tensor from the caching
@@ -18,6 +21,7 @@
 #include "../ab_switches.h"
 #include "kernels/half/expand_mma_geometry.h"
 #include "kernels/half/expand_wgmma_geometry.h"
+#include "kernels/half/gather_wgmma_geometry.h"
 #include "kernels/half/spmm_half.h"
 #include "spmm_params.h"
 
@@ -162,6 +166,42 @@ at::Tensor spmm_half_expand_wgmma(const at::Tensor& x2, const at::Tensor& values
   err = kernels::launch_regather_non_finite_rows(p, out, stream);
   TORCH_CHECK(err == cudaSuccess, "nmspmm.spmm: the non-finite row check failed for m=", m, " n=", out, ": ",
               cudaGetErrorString(err));
+  return y;
+}
+
+// Runs a gather_wgmma_* plan (sm_90a; blocks of tile_tokens tokens x 128 outputs, split_k blocks of a
+// cluster over the compressed rows). Only kept positions are multiplied, so no non-finite row check
+// is needed; the k-major copy of x lives in a scratch tensor from the caching allocator.
+at::Tensor spmm_half_gather_wgmma(const at::Tensor& x2, const at::Tensor& values, const at::Tensor& indices,
+                                  int64_t N, int64_t M, int64_t L, const std::optional<at::Tensor>& bias,
+                                  int tile_tokens, int split_k, const char* kernel_name) {
+  const int64_t m = x2.size(0), in = x2.size(1), out = values.size(1);
+  TORCH_CHECK(kernels::gather_wgmma::shape_supported(out, in, N, M, L), "nmspmm.spmm_with_plan: kernel ",
+              kernel_name, " needs L = 64 or 128, M a power of two <= 64 and out_features a multiple of L; got ", N,
+              ":", M, " L=", L, " in_features=", in, " out_features=", out);
+  TORCH_CHECK(split_k == 1 || split_k == 2 || split_k == 4 || split_k == 8, "nmspmm.spmm_with_plan: split_k of kernel ",
+              kernel_name, " must be 1, 2, 4 or 8, got ", split_k);
+  const auto aligned16 = [](const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; };
+  at::Tensor x = x2;
+  if (x.stride(1) != 1 || (m > 1 && x.stride(0) < in)) x = x.contiguous();
+  at::Tensor vals = values.contiguous();
+  if (!aligned16(vals)) vals = vals.clone();
+  const at::Tensor idx = indices.contiguous();
+  at::Tensor b;
+  if (bias.has_value()) {
+    b = bias->contiguous();
+    if (!aligned16(b)) b = b.clone();
+  }
+  at::Tensor y = at::empty({m, out}, x.options());
+  const int64_t ldx = m > 1 ? x.stride(0) : in;
+  kernels::HalfSpmmParams p = half_params(x, ldx, vals, idx, b, y, N, M, L, split_k);
+  const size_t scratch_bytes = kernels::gather_wgmma_scratch_bytes(p);
+  at::Tensor scratch = at::empty({static_cast<int64_t>(scratch_bytes)}, x.options().dtype(at::kByte));
+  p.scratch = scratch.data_ptr();
+  p.scratch_bytes = scratch_bytes;
+  const cudaError_t err = kernels::launch_gather_wgmma(p, tile_tokens, c10::cuda::getCurrentCUDAStream());
+  TORCH_CHECK(err == cudaSuccess, "nmspmm.spmm: kernel ", kernel_name, " (split_k=", split_k, ") failed for m=", m,
+              " n=", out, " k=", in, ": ", cudaGetErrorString(err));
   return y;
 }
 

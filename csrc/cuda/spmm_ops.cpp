@@ -39,6 +39,9 @@ at::Tensor spmm_half_expand_mma(const at::Tensor& x2, const at::Tensor& values, 
 at::Tensor spmm_half_expand_wgmma(const at::Tensor& x2, const at::Tensor& values, const at::Tensor& indices,
                                   int64_t N, int64_t M, int64_t L, const std::optional<at::Tensor>& bias,
                                   int tile_tokens, int split_k, const char* kernel_name);
+at::Tensor spmm_half_gather_wgmma(const at::Tensor& x2, const at::Tensor& values, const at::Tensor& indices,
+                                  int64_t N, int64_t M, int64_t L, const std::optional<at::Tensor>& bias,
+                                  int tile_tokens, int split_k, const char* kernel_name);
 // spmm_sparse_tc.cpp: the 2:4 plans on the sparse tensor cores (sparse_tc_*).
 at::Tensor spmm_sparse_tc(const at::Tensor& x2, const at::Tensor& values, const at::Tensor& indices, int64_t L,
                           const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& tc_meta,
@@ -254,6 +257,8 @@ at::Tensor spmm_cuda_impl(const at::Tensor& x, const at::Tensor& values, const a
       y = spmm_half_expand_mma(x2, values, full_indices, N, M, L, bias, info.tile_m, plan.split_k, info.name);
     else if (info.family == Family::kExpandWgmma)
       y = spmm_half_expand_wgmma(x2, values, full_indices, N, M, L, bias, info.tile_m, plan.split_k, info.name);
+    else if (info.family == Family::kGatherWgmma)
+      y = spmm_half_gather_wgmma(x2, values, full_indices, N, M, L, bias, info.tile_m, plan.split_k, info.name);
     else if (info.family == Family::kDecodeSplitK)  // the reduction overlaps its kernel's tail where fp32's does
       y = spmm_decode_splitk_half(x2, values, full_indices, N, M, L, bias, plan.split_k, clusters && ab_switches().overlap);
     else

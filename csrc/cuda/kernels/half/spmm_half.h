@@ -64,6 +64,16 @@ cudaError_t launch_expand_mma(const HalfSpmmParams& p, int tile_tokens, cudaStre
 // aligned, indices 4-byte aligned. cudaErrorInvalidDevice on a device other than compute capability 9.0.
 cudaError_t launch_expand_wgmma(const HalfSpmmParams& p, int tile_tokens, cudaStream_t stream);
 
+// Hopper gathered-operand kernel (gather_wgmma_sm90.cuh; wgmma, sm_90a, L = 64 or 128, M a power
+// of two <= 64): x is copied k-major into p.scratch (gather_wgmma_scratch_bytes), each vector's kept
+// rows of it are gathered into a compact operand in shared memory and multiplied by the compressed
+// values on the dense tensor cores; blocks of 128 outputs x tile_tokens (128 or 256) tokens, the
+// compressed rows split p.split_k ways (1, 2, 4, 8: a cluster, summed on chip). Shapes:
+// gather_wgmma::shape_supported (gather_wgmma_geometry.h); values, y, bias and scratch 16-byte
+// aligned. cudaErrorInvalidDevice on a device other than compute capability 9.0.
+size_t gather_wgmma_scratch_bytes(const HalfSpmmParams& p);
+cudaError_t launch_gather_wgmma(const HalfSpmmParams& p, int tile_tokens, cudaStream_t stream);
+
 // Decode kernels (small m): stream the compressed weight. `config` selects a variant.
 size_t half_decode_scratch_bytes(const HalfSpmmParams& p, int config);
 cudaError_t launch_half_decode(const HalfSpmmParams& p, int config, cudaStream_t stream);
