@@ -24,7 +24,9 @@ cases = [(1, 160, 96, 2, 4, 16), (2, 320, 224, 4, 32, 32), (5, 256, 192, 8, 32, 
          # the fused expansion: L = 1, 2, 4, 8 with n and k tails and a partial 64-input stage
          (37, 136, 224, 8, 32, 1), (3, 72, 96, 3, 8, 2), (130, 144, 416, 16, 32, 4), (17, 96, 160, 5, 16, 8),
          # the Hopper fused expansion at L = 64: the index copy starts before the block's vector
-         (66, 512, 320, 8, 32, 64)]
+         (66, 512, 320, 8, 32, 64),
+         # the Hopper gathered operand: more stages than its ring holds, token tails of both tiles
+         (300, 256, 2048, 16, 32, 64)]
 # The warp-specialized kernels also on a grid of more than one round (152 tiles of 128x256 with m and n
 # tails), where the tail variant computes whole tiles and splits only the last round's (on 132 SMs: 20).
 MULTI_ROUND = (1000, 4640, 512, 16, 32, 32)
@@ -56,7 +58,7 @@ for (m, n, k, N, M, L) in cases + [MULTI_ROUND]:
         # Tiled split 3 reduces in a cluster on sm_90, 16 through the workspace; the cluster decode
         # kernels also with a non-portable cluster of 16 blocks.
         splits = ((1,) if family == "generic" else (1, 2, 3) if family == "decode_splitk"
-                  else (1, 3, 8, 16) if family.startswith("decode_") else (1, 2, 4, 8) if family in ("sparse_tc", "expand_wgmma")
+                  else (1, 3, 8, 16) if family.startswith("decode_") else (1, 2, 4, 8) if family in ("sparse_tc", "expand_wgmma", "gather_wgmma")
                   else (1, 2, 3, 16))
         info = nmspmm.kernel_info(kernel)
         dt = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[info.dtype]
