@@ -649,23 +649,25 @@ inline double expand_wgmma_cost_us(int tile, int64_t m, int64_t n, int64_t k, in
   return c.fixed_us + (grid > memory ? grid : memory);
 }
 
-// gather_wgmma_* (sm_90a): the x transpose (its bytes read and written at 3 TB/s), then rounds of
-// one block per SM (cluster splits of 4 and 8 place 124 and 120 at a time); a block pays a fixed
-// part (pipeline fill, epilogue) and its stages of 32 compressed rows, each bound by the producer's
-// gathered copies: a 256-token stage costs per SM 0.89 us at L = 64 (two vectors' rows) and 0.69 us
-// at L = 128, a 128-token stage 0.6 of that. Fitted on an H200 (bf16, 16:32, 8:32, 4:32 x L = 64,
-// 128 x 4096 x 4096, 11008 x 4096, 8192 x 8192 x m = 256, 1024, 4096; best tile and split of each
-// cell: estimate / measured 0.98-1.04 at m = 4096, up to 1.2 at m = 256).
+// gather_wgmma_* (sm_90a): the x transpose (its bytes read and written) and two launches, then
+// rounds of one block per SM (cluster splits of 4 and 8 place 124 and 120 at a time); a block pays
+// a fixed part (pipeline fill, epilogue) and its stages of 32 compressed rows, each bound by the
+// producer's gathered copies (a 256-token stage at L = 64 holds two vectors' rows), a 128-token
+// stage 0.7 of a 256-token one; a cluster split adds its launch and on-chip sum. Fitted on an H200
+// (bf16, L = 128: the 100 NM-SpMM points x 16, 12, 8, 4:32 and 30 probe cells, the best tile and
+// split of each, 363 times: estimate / measured median 1.00, 10-90% 0.95-1.03, worst 0.84 and
+// 1.41); L = 64 scales the stage by its probe (0.89 against 0.69 us; split 8 extrapolated).
 struct GatherWgmmaCost {
-  double transpose_us;        // per call: the transpose's launch and the main kernel's
+  double fixed_us;
   double transpose_bytes_per_us;
-  double block_us;            // per round of blocks
+  double block_us;                 // per round of blocks
   double stage64_us, stage128_us;  // per 256-token stage at L = 64 / 128
-  double tile128_factor;      // a 128-token stage, relative
-  double split_us;            // the cluster launch and the on-chip sum of a split
+  double tile128_factor;           // a 128-token stage, relative
+  double split2_us, split4_us, split8_us;
   double cluster4_fill, cluster8_fill;
 };
-constexpr GatherWgmmaCost kGatherWgmmaCost{3.0, 3.0e6, 6.4, 0.892, 0.689, 0.6, 2.0, 124.0 / 132, 120.0 / 132};
+constexpr GatherWgmmaCost kGatherWgmmaCost{5.94, 3.82e6, 6.76, 0.927, 0.716, 0.70, 1.22, 5.82, 8.0,
+                                           124.0 / 132, 120.0 / 132};
 inline double gather_wgmma_cost_us(int tile, int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, int64_t L,
                                    int split, int num_sms) {
   const GatherWgmmaCost& c = kGatherWgmmaCost;
@@ -677,8 +679,9 @@ inline double gather_wgmma_cost_us(int tile, int64_t m, int64_t n, int64_t k, in
   const double stages = static_cast<double>((nst + split - 1) / split);
   const double stage = (L >= 128 ? c.stage128_us : c.stage64_us) * (tile >= 256 ? 1.0 : c.tile128_factor);
   const double m_pad = static_cast<double>((m + 7) / 8 * 8);
-  const double transpose = c.transpose_us + 4.0 * m_pad * static_cast<double>(k) / c.transpose_bytes_per_us;
-  return transpose + rounds * (c.block_us + stages * stage) + (split > 1 ? c.split_us : 0.0);
+  const double transpose = 4.0 * m_pad * static_cast<double>(k) / c.transpose_bytes_per_us;
+  const double split_us = split == 2 ? c.split2_us : split == 4 ? c.split4_us : split == 8 ? c.split8_us : 0.0;
+  return c.fixed_us + transpose + rounds * (c.block_us + stages * stage) + split_us;
 }
 
 }  // namespace nmspmm
