@@ -15,6 +15,7 @@ the heuristic's pick and for the best measured plan.
     python benchmarks/plan_table.py --out PATH.csv     # default benchmarks/results/h200/plan_table.csv
     python benchmarks/plan_table.py --patterns 2:4     # those patterns' cells, replacing theirs in --out
     python benchmarks/plan_table.py --ms 8,16 --dtypes bfloat16,float16   # likewise, those m and dtypes
+    python benchmarks/plan_table.py --ls 4,8 --ms 1,2,4,8,16              # likewise, those L and m
 
 Sweep: N:M in {2:4, 16:32, 8:32, 4:32} x L in {1, 2, 4, 8, 16, 32, 64} x m in {1, 2, 4, 8, 16, 64, 256,
 1024, 4096} x the six Llama layers (out x in: 4096x4096, 11008x4096, 4096x11008, 1024x4096,
@@ -56,7 +57,7 @@ COLUMNS = ["device", "cc", "sms", "dtype", "N", "M", "L", "m", "n", "k", "kernel
            "cublas_us"]
 
 
-def cells(quick: bool, patterns=PATTERNS, ms=MS, dtypes=tuple(DTYPES)):
+def cells(quick: bool, patterns=PATTERNS, ms=MS, dtypes=tuple(DTYPES), ls_only=None):
     """(dtype name, N, M, L, m, n, k), grouped so one weight serves every m."""
     if quick:
         for dt, (N, M), L, (n, k) in itertools.product(["bfloat16", "float32"], [(2, 4), (8, 32)], [1, 16],
@@ -69,6 +70,8 @@ def cells(quick: bool, patterns=PATTERNS, ms=MS, dtypes=tuple(DTYPES)):
             continue
         layers = LAYERS if dt != "float16" else [(4096, 4096), (4096, 14336)]
         ls = LS if dt != "float16" else [1, 16, 32]
+        if ls_only is not None:
+            ls = [L for L in ls if L in ls_only]
         for (n, k), (N, M), L in itertools.product(layers, patterns, ls):
             for m in ms:
                 yield dt, N, M, L, m, n, k
@@ -145,8 +148,9 @@ def main():
                     help="comma list of N:M: sweep only these and replace their rows in an existing --out")
     ap.add_argument("--ms", default=None, help="comma list of m: sweep only these (rows replaced as --patterns)")
     ap.add_argument("--dtypes", default=None, help="comma list of dtype names: sweep only these (likewise)")
+    ap.add_argument("--ls", default=None, help="comma list of L: sweep only these (likewise)")
     args = ap.parse_args()
-    patterns, ms, dtypes = PATTERNS, MS, tuple(DTYPES)
+    patterns, ms, dtypes, ls_only = PATTERNS, MS, tuple(DTYPES), None
     if args.patterns:
         patterns = [tuple(int(v) for v in p.split(":")) for p in args.patterns.split(",")]
         assert all(p in PATTERNS for p in patterns), f"--patterns: choose from {PATTERNS}"
@@ -156,7 +160,10 @@ def main():
     if args.dtypes:
         dtypes = tuple(args.dtypes.split(","))
         assert all(d in DTYPES for d in dtypes), f"--dtypes: choose from {list(DTYPES)}"
-    partial = bool(args.patterns or args.ms or args.dtypes)
+    if args.ls:
+        ls_only = [int(v) for v in args.ls.split(",")]
+        assert all(L in LS for L in ls_only), f"--ls: choose from {LS}"
+    partial = bool(args.patterns or args.ms or args.dtypes or args.ls)
     assert torch.cuda.is_available() and nmspmm.cuda_kernels_built(), "needs a GPU and nmspmm built with CUDA"
     common.set_tf32(False)
     props = torch.cuda.get_device_properties(0)
@@ -172,8 +179,8 @@ def main():
     if partial and not os.path.exists(args.out):
         # A re-sweep of some cells replaces their rows in the full table; without it the written
         # table would hold those cells only.
-        sys.exit(f"--patterns / --ms / --dtypes re-sweep in place: --out {args.out} must hold the full table")
-    all_cells = list(cells(args.quick, patterns, ms, dtypes))
+        sys.exit(f"--patterns / --ms / --dtypes / --ls re-sweep in place: --out {args.out} must hold the full table")
+    all_cells = list(cells(args.quick, patterns, ms, dtypes, ls_only))
     for i, (dt, N, M, L, m, n, k) in enumerate(all_cells):
         dtype = DTYPES[dt]
         key = (dt, N, M, L, n, k)
@@ -225,7 +232,8 @@ def main():
         import csv
 
         def swept_cell(r):
-            return (int(r["N"]), int(r["M"])) in patterns and int(r["m"]) in ms and r["dtype"] in dtypes
+            return ((int(r["N"]), int(r["M"])) in patterns and int(r["m"]) in ms and r["dtype"] in dtypes
+                    and (ls_only is None or int(r["L"]) in ls_only))
 
         with open(args.out, newline="") as f:
             kept = [r for r in csv.DictReader(f) if not swept_cell(r)]

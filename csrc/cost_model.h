@@ -409,6 +409,15 @@ struct DecodeRate {
   double fixed_us, bytes_per_us;
 };
 constexpr DecodeRate kDecodeTcRate{3.37, 2.88e6};
+// decode_tc's short vectors (L = 8, 4: 2 or 4 gathers and products per 16-column tile): the streaming
+// part of the time, relative to L >= 16's, at m <= 8 (one 8-token tile) and m = 9..16 (two). Fitted
+// to the picks of the H200 plan table's 240 short-vector cells (bf16, L = 4, 8 x m = 1..16 x four
+// patterns x six Llama layers): geomean pick / best measured plan 1.008, 9 cells above 1.1x
+// (tests/test_policy_table.py).
+inline double decode_tc_short_factor(int64_t L, int64_t m) {
+  if (L >= 16) return 1.0;
+  return L >= 8 ? (m > 8 ? 1.85 * 1.05 : 1.85) : (m > 8 ? 2.9 * 1.6 : 2.9);
+}
 // 2:4 decode on the sparse tensor cores (values and tc_meta words): least squares on the H200 plan
 // table's 2:4 cells (bf16 and fp16, every L, the six Llama layers at their plans): m = 1..8 (one
 // 8-token tile) fixed 2.6 us + bytes at 3.6 TB/s (0.82-1.5x, median 1.0); m = 9..16 (two tiles) the

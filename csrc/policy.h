@@ -348,14 +348,15 @@ inline PlanCost plan_producer_tail(const Problem& pb, const Candidates& c) {
 
 // fp16 / bf16 decode (sm_90, thread-block clusters): up to m = 32, and m = 64 on weights below 2^25
 // elements (half_decode_preferred, from the m-sweep: beyond it the prefill plans measured 1.1-1.8x
-// faster, which the streaming cost does not see); the fitted plan (half_decode_plan) picks the
-// block and the cluster.
+// faster, which the streaming cost does not see); the short vectors (L = 4, 8) up to m = 16 (at
+// m = 64 they measured 0.3-0.6x the other plans: SV gathers and products per tile and 8-token
+// tile). The fitted plan (half_decode_plan) picks the block and the cluster.
 inline PlanCost plan_decode_tc(const Problem& pb, const Candidates& c) {
-  if (pb.dtype == DType::kF32 || pb.cc < 90 || pb.m > ab_switches().half_decode_max_m ||
+  if (pb.dtype == DType::kF32 || pb.cc < 90 || (pb.L < 16 && pb.m > 16) || pb.m > ab_switches().half_decode_max_m ||
       !kernels::half_decode_preferred(pb.m, pb.n, pb.k) ||
       !kernels::half_decode_supports(pb.m, pb.n, pb.k, pb.N, pb.M, pb.L))
     return kNoPlan;
-  const kernels::HalfDecodePlan d = kernels::half_decode_plan(pb.m, pb.n, pb.k, pb.N, pb.M, pb.num_sms > 0 ? pb.num_sms : 132);
+  const kernels::HalfDecodePlan d = kernels::half_decode_plan(pb.m, pb.n, pb.k, pb.N, pb.M, pb.L, pb.num_sms > 0 ? pb.num_sms : 132);
   const Plan plan{half_decode_kernel(d.config, pb.dtype == DType::kBF16), d.split_k};
   if (!c.has(plan.kernel)) return kNoPlan;
   // Beyond m = 32 (the m-sweep's decode range on every layer) a block that stages the whole x
@@ -364,7 +365,8 @@ inline PlanCost plan_decode_tc(const Problem& pb, const Candidates& c) {
   const bool kept = plan.kernel == Kernel::kDecodeTcBF16Kept64 || plan.kernel == Kernel::kDecodeTcF16Kept64;
   const double rows = pb.m > 32 && !kept ? static_cast<double>(pb.m) / 16.0 : 1.0;
   const double gather = kept && pb.m > 16 ? decode_tc_kept_gather_us(pb.m, pb.n, pb.k, pb.N, pb.M, pb.L) : 0.0;
-  return plan_cost(pb, plan, rows * decode_cost_us(plan.kernel, pb.n, pb.k, pb.N, pb.M, pb.L) + gather +
+  const double stream = decode_cost_us(plan.kernel, pb.n, pb.k, pb.N, pb.M, pb.L) - kDecodeTcRate.fixed_us;
+  return plan_cost(pb, plan, rows * (kDecodeTcRate.fixed_us + decode_tc_short_factor(pb.L, pb.m) * stream) + gather +
                                  decode_rows_us(plan.kernel, pb.m, pb.n, pb.k, pb.N, pb.M, pb.L, plan.split_k));
 }
 
@@ -377,7 +379,7 @@ inline PlanCost plan_decode_sparse_tc(const Problem& pb, const Candidates& c) {
   if (pb.dtype == DType::kF32 || pb.cc < 90 || pb.m > 16 ||
       !kernels::sparse24_decode_supports(pb.m, pb.n, pb.k, pb.N, pb.M, pb.L))
     return kNoPlan;
-  const kernels::HalfDecodePlan d = kernels::half_decode_plan(pb.m, pb.n, pb.k, 16, 32, pb.num_sms > 0 ? pb.num_sms : 132);
+  const kernels::HalfDecodePlan d = kernels::half_decode_plan(pb.m, pb.n, pb.k, 16, 32, 16, pb.num_sms > 0 ? pb.num_sms : 132);
   const bool bf16 = pb.dtype == DType::kBF16, narrow = (d.config & kernels::kHalfDecodeNarrow) != 0;
   const Plan plan{bf16 ? (narrow ? Kernel::kDecodeSparseTcBF16_64 : Kernel::kDecodeSparseTcBF16_256)
                        : (narrow ? Kernel::kDecodeSparseTcF16_64 : Kernel::kDecodeSparseTcF16_256),

@@ -195,10 +195,10 @@ constexpr KernelInfo kKernelTable[] = {
     // fp16 / bf16. The decode kernels: blocks of 8 warps over 64 or 256 output columns (variant),
     // split_k = cluster size. The prefill kernel makes its own k-major copy of x (not reads_xt); its
     // transpose covers 64 rows of x per block in grid y (at most 65535), hence m <= 4,194,240.
-    {Kernel::kDecodeTcBF16_64, "decode_tc_bf16_64", Family::kDecodeTc, DType::kBF16, 0, 64, 8, 64, 16, 64, 64, 90, false, false, false, kMaxDecodeCluster},
-    {Kernel::kDecodeTcBF16_256, "decode_tc_bf16_256", Family::kDecodeTc, DType::kBF16, 0, 256, 8, 256, 16, 64, 64, 90, false, false, false, kMaxDecodeCluster},
-    {Kernel::kDecodeTcF16_64, "decode_tc_f16_64", Family::kDecodeTc, DType::kF16, 0, 64, 8, 64, 16, 64, 64, 90, false, false, false, kMaxDecodeCluster},
-    {Kernel::kDecodeTcF16_256, "decode_tc_f16_256", Family::kDecodeTc, DType::kF16, 0, 256, 8, 256, 16, 64, 64, 90, false, false, false, kMaxDecodeCluster},
+    {Kernel::kDecodeTcBF16_64, "decode_tc_bf16_64", Family::kDecodeTc, DType::kBF16, 0, 64, 8, 64, 4, 64, 64, 90, false, false, false, kMaxDecodeCluster},
+    {Kernel::kDecodeTcBF16_256, "decode_tc_bf16_256", Family::kDecodeTc, DType::kBF16, 0, 256, 8, 256, 4, 64, 64, 90, false, false, false, kMaxDecodeCluster},
+    {Kernel::kDecodeTcF16_64, "decode_tc_f16_64", Family::kDecodeTc, DType::kF16, 0, 64, 8, 64, 4, 64, 64, 90, false, false, false, kMaxDecodeCluster},
+    {Kernel::kDecodeTcF16_256, "decode_tc_f16_256", Family::kDecodeTc, DType::kF16, 0, 256, 8, 256, 4, 64, 64, 90, false, false, false, kMaxDecodeCluster},
     // Blocks of 64 columns that stage x only at the rows their vectors keep (decode_half.cuh).
     {Kernel::kDecodeTcBF16Kept64, "decode_tc_bf16_kept64", Family::kDecodeTc, DType::kBF16, 0, 64, 8, 64, 16, 64, 64, 90, false, false, false, kMaxDecodeCluster},
     {Kernel::kDecodeTcF16Kept64, "decode_tc_f16_kept64", Family::kDecodeTc, DType::kF16, 0, 64, 8, 64, 16, 64, 64, 90, false, false, false, kMaxDecodeCluster},

@@ -99,7 +99,9 @@ def test_heuristic_plan_matches_fp64(m, L, dtype):
             # expansion in the same dtype (per call, or fused: 16-bit), the generic fp32 kernel or
             # (L >= 4) an fp32 decode kernel on upcast inputs; this family at m = 1 on wide layers.
             family = nmspmm.kernel_info(kernel).family
-            upcast_decode = L >= 4 and family in ("decode_cluster", "decode_staged")
+            # At L >= 4 also the fp32 decode kernels on upcast inputs and, for 16-bit inputs on sm_90,
+            # the tensor-core decode kernel's short vectors.
+            upcast_decode = L >= 4 and family in ("decode_cluster", "decode_staged", "decode_tc")
             fused = dtype != torch.float32 and family in ("expand_mma", "expand_wgmma")
             assert kernel in (KERNEL[dtype], EXPAND[dtype], "generic_f32") or upcast_decode or fused, \
                 (m, n, k, N, M, L, kernel)

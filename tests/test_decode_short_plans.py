@@ -85,15 +85,16 @@ def test_half_decode_without_a_native_plan_takes_the_16_bit_kernel(dtype):
         # The 16-bit split-K kernel, or, where its per-row cost of x makes it dearer (larger m), a
         # fused expansion (H200, 16:32 L = 1 4096 x 4096: 30.5 us at m = 16, the split-K kernel 36.1 /
         # 80.5 us at m = 8 / 16; on sm_90a also the wgmma form) or the expansion + cuBLAS in the same
-        # dtype. At L >= 4 the fp32 decode kernels on upcast inputs stay candidates, by cost.
-        upcast_ok = L >= 4 and INFO[kernel].family in ("decode_cluster", "decode_staged", "decode_splitk")
+        # dtype. At L >= 4 the fp32 decode kernels on upcast inputs stay candidates, by cost, and on
+        # sm_90 the tensor-core decode kernel's short vectors (decode_tc at L = 4, 8).
+        upcast_ok = L >= 4 and INFO[kernel].family in ("decode_cluster", "decode_staged", "decode_splitk", "decode_tc")
         fused = INFO[kernel].family in ("expand_mma", "expand_wgmma") and (
             INFO[kernel].dtype == str(dtype).split(".")[-1]) and (m >= 5 or n < 1024)
         assert kernel in (SHORT[dtype], DENSE[dtype]) or upcast_ok or fused, (m, n, k, N, M, L, kernel)
         if kernel == SHORT[dtype]:
             assert split == expected_split(n, k, N, M), (m, n, k, N, M, L)
         if m <= 4 and n >= 1024:  # tiny layers: every plan is a launch or two, estimates within a few %
-            assert kernel == SHORT[dtype], (m, n, k, N, M, L)
+            assert kernel == SHORT[dtype] or (L >= 4 and INFO[kernel].family == "decode_tc"), (m, n, k, N, M, L)
     # sm_80 (no clusters, no decode_tc): every L at m <= 16.
     for L in (1, 8, 16, 32, 128):
         assert plan(1, 4096, 4096, 8, 32, L, dtype, cc=80) == (SHORT[dtype], expected_split(4096, 4096, 8, 32))

@@ -217,3 +217,72 @@ def test_kept_rows_kernel_masks_index_bytes(nm, dtype):
     x = torch.randn(m, k, device=DEV).to(dtype)
     y = ops.spmm_with_plan(x, values, indices, N, M, L, None, None, None, _kept(dtype), 3)
     _check_masked(x, values, indices, N, M, L, y)
+
+
+# Short vectors (L = 4, 8): every vector of a 16-column tile has its own gather and product. Forced
+# through spmm_with_plan on both blocks (the heuristic plans them once the plan table holds them).
+SHORT = [(N, M, L) for M in (2, 4, 8, 16, 32, 64) for L in (4, 8) for N in sorted({1, M // 4 + 1, M})]
+
+
+def _block(dtype, cols):
+    return f"decode_tc_{'bf16' if dtype == torch.bfloat16 else 'f16'}_{cols}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "fp16"])
+@pytest.mark.parametrize("N,M,L", SHORT, ids=[f"{n}:{m}:L{l}" for n, m, l in SHORT])
+def test_short_vectors_match_fp64(nm, dtype, N, M, L):
+    """Every m class, both blocks, clusters of 1 to 16, output tails (n a multiple of 8, mostly not
+    of 64), bias, strided and offset x."""
+    _needs_clusters()
+    for i, m in enumerate(MS):
+        n = 8 * (3 + (5 * i + N) % 37)
+        k = M * (6 + (7 * i + L) % 23)
+        values, indices = nm.random_packed(n, k, N, M, L, dtype=dtype, device=DEV)
+        big = torch.randn(m, k + 9, device=DEV).to(dtype)
+        x = big[:, :k].contiguous() if i % 3 == 0 else big[:, :k] if i % 3 == 1 else big[:, 1:k + 1]
+        bias = torch.randn(n, device=DEV).to(dtype) if i % 2 else None
+        y = ops.spmm_with_plan(x, values, indices, N, M, L, bias, None, None, _block(dtype, 64 if i % 2 else 256),
+                               1 + (3 * i) % 16)
+        _check(nm, x, values, indices, N, M, L, bias, y=y)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "fp16"])
+@pytest.mark.parametrize("m,n,k,N,M,L,cols,split", [
+    (1, 4096, 4096, 16, 32, 8, 256, 8),
+    (16, 11008, 4096, 8, 32, 4, 256, 4),
+    (8, 4096, 11008, 4, 32, 8, 64, 2),
+    (33, 1024, 4096, 16, 32, 4, 64, 6),
+    (64, 256, 4096, 8, 32, 8, 256, 1),  # a block's k-range larger than its xT buffer (passes)
+])
+def test_short_vectors_layer_shapes(nm, dtype, m, n, k, N, M, L, cols, split):
+    _needs_clusters()
+    values, indices = nm.random_packed(n, k, N, M, L, dtype=dtype, device=DEV)
+    x = torch.randn(m, k, device=DEV).to(dtype)
+    bias = torch.randn(n, device=DEV).to(dtype)
+    y = ops.spmm_with_plan(x, values, indices, N, M, L, bias, None, None, _block(dtype, cols), split)
+    _check(nm, x, values, indices, N, M, L, bias, y=y)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "fp16"])
+@pytest.mark.parametrize("L", [4, 8])
+def test_short_vectors_mask_index_bytes_and_repeat(nm, dtype, L):
+    """Any index byte value selects a row inside its window; bitwise repeatable."""
+    _needs_clusters()
+    N, M, n, k, m = 8, 16, 328, 1024, 5
+    values, _ = nm.random_packed(n, k, N, M, L, dtype=dtype, device=DEV)
+    indices = torch.randint(0, 256, (k // M * N, n // L), device=DEV, dtype=torch.uint8)
+    x = torch.randn(m, k, device=DEV).to(dtype)
+    for cols in (64, 256):
+        y = ops.spmm_with_plan(x, values, indices, N, M, L, None, None, None, _block(dtype, cols), 3)
+        _check_masked(x, values, indices, N, M, L, y)
+        assert torch.equal(y, ops.spmm_with_plan(x, values, indices, N, M, L, None, None, None, _block(dtype, cols), 3))
+
+
+def test_short_vectors_refusals(nm):
+    """L = 2 is not a decode_tc shape; L = 4 and 8 need out_features a multiple of 8; the kept-row
+    block needs L >= 16."""
+    x = torch.randn(3, 64, device="cuda" if torch.cuda.is_available() else "cpu").to(torch.bfloat16)
+    for L, n, kernel in [(2, 64, "decode_tc_bf16_64"), (4, 68, "decode_tc_bf16_64"), (8, 64, "decode_tc_bf16_kept64")]:
+        values, indices = nm.random_packed(n, 64, 2, 8, L, dtype=torch.bfloat16, device=x.device)
+        with pytest.raises(RuntimeError, match="cannot run"):
+            ops.spmm_with_plan(x, values, indices, 2, 8, L, None, None, None, kernel, 1)

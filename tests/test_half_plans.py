@@ -66,9 +66,12 @@ def test_heuristic_plans_native_kernels(dtype):
     assert nmspmm.kernel_supports(tc_name, 65535 * 64, 4, 32, 32, False, 90)
     assert not nmspmm.kernel_supports(tc_name, 65535 * 64 + 1, 4, 32, 32, False, 90)
     assert plan(65535 * 64 + 1, 64, 64, 4, 32, 32, dtype)[0] in dense
-    # Patterns the tensor-core kernels lack (L < 16) take the expansion or the 16-bit split-K decode kernel.
+    # Short vectors: at large m the expansion; at decode m the 16-bit split-K decode kernel or the
+    # tensor-core decode kernel's short-vector form (L = 4, 8 up to m = 16), by cost; L < 4 never the latter.
     assert plan(1024, 4096, 4096, 8, 32, 8, dtype)[0] in dense
-    assert plan(8, 4096, 4096, 8, 32, 8, dtype)[0] in family("decode_splitk", dtype)
+    assert plan(8, 4096, 4096, 8, 32, 8, dtype)[0] in family("decode_splitk", dtype) + family("decode_tc", dtype)
+    assert plan(8, 4096, 4096, 8, 32, 2, dtype)[0] in family("decode_splitk", dtype)
+    assert plan(32, 4096, 4096, 8, 32, 8, dtype)[0] not in family("decode_tc", dtype)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)

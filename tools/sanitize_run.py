@@ -26,7 +26,9 @@ cases = [(1, 160, 96, 2, 4, 16), (2, 320, 224, 4, 32, 32), (5, 256, 192, 8, 32, 
          # the Hopper fused expansion at L = 64: the index copy starts before the block's vector
          (66, 512, 320, 8, 32, 64),
          # the Hopper gathered operand: more stages than its ring holds, token tails of both tiles
-         (300, 256, 2048, 16, 32, 64)]
+         (300, 256, 2048, 16, 32, 64),
+         # the decode kernels' short vectors (L = 4; L = 8 above): an output tail, two token tiles
+         (9, 200, 544, 4, 32, 4)]
 # The warp-specialized kernels also on a grid of more than one round (152 tiles of 128x256 with m and n
 # tails), where the tail variant computes whole tiles and splits only the last round's (on 132 SMs: 20).
 MULTI_ROUND = (1000, 4640, 512, 16, 32, 32)

@@ -42,8 +42,10 @@ at::Tensor spmm_half_decode(const at::Tensor& x2, const at::Tensor& values, cons
                 "run m <= ", kernels::kHalfDecodeMaxM, " and out_features divisible by 8 (16-byte rows of values), got m=",
                 m, " out_features=", out);
   } else {
-    TORCH_CHECK(kernels::half_decode_supports(m, out, in, N, M, L), "nmspmm.spmm: the fp16/bf16 decode kernels cannot run m=",
-                m, " n=", out, " k=", in, " with pattern ", N, ":", M, " L=", L);
+    // Only a forced plan reaches here with such a shape (the heuristic checks half_decode_supports).
+    TORCH_CHECK(kernels::half_decode_supports(m, out, in, N, M, L), "nmspmm.spmm_with_plan: the fp16/bf16 decode kernels ",
+                "cannot run m=", m, " n=", out, " k=", in, " with pattern ", N, ":", M, " L=", L,
+                L < 16 ? " (L < 16 needs out_features a multiple of 8)" : "");
   }
   TORCH_CHECK(split_k >= 1 && split_k <= kernels::kHalfDecodeMaxSplit, "nmspmm.spmm: split_k of the decode_tc kernels is ",
               "their cluster size and must be in [1, ", kernels::kHalfDecodeMaxSplit, "], got ", split_k);

@@ -30,6 +30,12 @@
 //  * Index bytes are masked with M - 1 (no byte value reads outside its window's staged rows);
 //    rows past the block's range and columns past n are zero-filled by the copies and gather a
 //    zero row of xT (Kept: zero slab rows).
+//  * Short vectors (L = 4, 8; SV = 16 / L vectors per 16-column tile): each vector of a tile has its
+//    own gather and product, into a zeroed fragment of which only the vector's own rows are added
+//    to the accumulators (the other rows met x rows they do not keep: an Inf there must not reach
+//    them, as 0 x Inf would through a product with their weights zeroed). A tile costs SV gathers
+//    and SV products; the tensor cores have room for them, the bytes streamed are the same. Each
+//    lane loads the SV index bytes of its k-row per tile.
 //  * Sparse24 (N:M = 2:4, any L): the step's 16 compressed rows are the kept half of 32 consecutive
 //    inputs, so x needs no gather: the B operand is 32 consecutive xT rows and the product is one
 //    mma.sp m16n8k32 on the sparse tensor cores, whose 2-bit selectors come from the weight's
@@ -169,7 +175,8 @@ inline size_t smem_bytes(int x_rows, int L) {
 
 // T: Bf16 or F16. NT: 8-token tiles (m <= 8 NT). W: warps per block, CW of them along the output
 // columns (4: 256 columns, or 1: 64), W / CW along k. Kept / Sp24: the x staging and product above.
-template <class T, int NT, int W, int CW, bool Kept, bool Sp24>
+// SV: vectors per 16-column tile (1 at L >= 16, 16 / L for the short vectors).
+template <class T, int NT, int W, int CW, bool Kept, bool Sp24, int SV = 1>
 __global__ void __launch_bounds__(W * 32, NT <= 2 ? 16 / W : 1) decode_half_kernel(const Args a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
   __trap();  // the launcher refuses devices without clusters; never reached
@@ -198,6 +205,8 @@ __global__ void __launch_bounds__(W * 32, NT <= 2 ? 16 / W : 1) decode_half_kern
 
   static_assert(!Kept || CW == 1, "kept-row staging is for blocks of 64 columns");
   static_assert(!(Kept && Sp24), "2:4 reads x unstaged by index");
+  static_assert(SV == 1 || (!Kept && !Sp24), "short vectors gather from the full xT");
+  constexpr int LV = 16 / SV;  // short vectors: their length
   // Kept: V slabs of x_rows rows, slab v holding, for compressed row u0 + r of the pass, the x row
   // that vector v of the block keeps there (zero past the range), then the slabs' index bytes.
   const int V = kept_slabs(L);
@@ -280,8 +289,18 @@ __global__ void __launch_bounds__(W * 32, NT <= 2 ? 16 / W : 1) decode_half_kern
       if (!Kept && !Sp24 && u < u_end) {
         const uint8_t* ip = a.indices + u * q;
 #pragma unroll
-        for (int ct = 0; ct < CT; ++ct)
-          if (ct == 0 || (16 * ct) % L == 0) islot[ct] = __ldg(ip + vcol[ct]);
+        for (int ct = 0; ct < CT; ++ct) {
+          if constexpr (SV > 1) {
+            // The tile's SV index bytes, byte v in bits 8 v (a vector past n reads vector q - 1).
+            uint32_t w = 0;
+#pragma unroll
+            for (int v = 0; v < SV; ++v)
+              w |= static_cast<uint32_t>(__ldg(ip + (vcol[ct] + v < q ? vcol[ct] + v : q - 1))) << (8 * v);
+            islot[ct] = static_cast<int>(w);
+          } else if (ct == 0 || (16 * ct) % L == 0) {
+            islot[ct] = __ldg(ip + vcol[ct]);
+          }
+        }
       }
     }
     cp_async_commit();
@@ -451,30 +470,56 @@ __global__ void __launch_bounds__(W * 32, NT <= 2 ? 16 / W : 1) decode_half_kern
             const int wrow = Kept ? static_cast<int>(step_of(i) - sa) * kStep + my_slot
                              : ok ? static_cast<int>((static_cast<uint64_t>(u) * a.magic >> 32) - pw0) * M : 0;
             uint32_t b[NT][2];
+            // The B operand of xT row xr (lane l < 16 gives k-row l's address).
+            auto gather = [&](int xr) {
+              const unsigned baddr = xbuf_s + static_cast<unsigned>(xr) * kRowBytes + (lane >> 4) * 16;
+              if (NT == 1) {
+                ldsm_x2_trans(b[0][0], b[0][1], baddr);
+              } else {
+#pragma unroll
+                for (int h = 0; h < NT / 2; ++h) {
+                  uint32_t r[4];
+                  ldsm_x4_trans(r, baddr + h * 32);
+                  b[2 * h][0] = r[0];
+                  b[2 * h][1] = r[1];
+                  b[2 * h + 1][0] = r[2];
+                  b[2 * h + 1][1] = r[3];
+                }
+              }
+            };
 #pragma unroll
             for (int ct = 0; ct < CT; ++ct) {
               uint32_t af[4];
               ldsm_x4_trans(af, ring_s + j * kSlotBytes + slot_offset<C>(a_row, 2 * ct + a_chunk));
-              if (ct == 0 || (16 * ct) % L == 0) {
-                const int xr = Kept ? (L >= 64 ? 0 : 16 * ct / L) * x_rows + wrow
-                               : ok ? wrow + (idx[j][ct] & (M - 1)) : x_rows;
-                const unsigned baddr = xbuf_s + static_cast<unsigned>(xr) * kRowBytes + (lane >> 4) * 16;
-                if (NT == 1) {
-                  ldsm_x2_trans(b[0][0], b[0][1], baddr);
-                } else {
+              if constexpr (SV > 1) {
+                // Vector v of the tile is rows LV v .. LV v + LV - 1 of the product; this lane holds
+                // rows g (accumulators 0, 1) and g + 8 (accumulators 2, 3).
+                const int g = lane >> 2;
+                // Not unrolled: the gathers of all SV vectors in flight at once spill at 128 registers.
+#pragma unroll 1
+                for (int v = 0; v < SV; ++v) {
+                  gather(ok ? wrow + ((idx[j][ct] >> (8 * v)) & (M - 1)) : x_rows);
+                  const bool lo = g / LV == v, hi = (g + 8) / LV == v;
 #pragma unroll
-                  for (int h = 0; h < NT / 2; ++h) {
-                    uint32_t r[4];
-                    ldsm_x4_trans(r, baddr + h * 32);
-                    b[2 * h][0] = r[0];
-                    b[2 * h][1] = r[1];
-                    b[2 * h + 1][0] = r[2];
-                    b[2 * h + 1][1] = r[3];
+                  for (int nt = 0; nt < NT; ++nt) {
+                    float d[4] = {0.f, 0.f, 0.f, 0.f};
+                    T::mma(d, af, b[nt][0], b[nt][1]);
+                    if (lo) {
+                      acc[ct][nt][0] += d[0];
+                      acc[ct][nt][1] += d[1];
+                    }
+                    if (hi) {
+                      acc[ct][nt][2] += d[2];
+                      acc[ct][nt][3] += d[3];
+                    }
                   }
                 }
-              }
+              } else {
+                if (ct == 0 || (16 * ct) % L == 0)
+                  gather(Kept ? (L >= 64 ? 0 : 16 * ct / L) * x_rows + wrow : ok ? wrow + (idx[j][ct] & (M - 1)) : x_rows);
 #pragma unroll
-              for (int nt = 0; nt < NT; ++nt) T::mma(acc[ct][nt], af, b[nt][0], b[nt][1]);
+                for (int nt = 0; nt < NT; ++nt) T::mma(acc[ct][nt], af, b[nt][0], b[nt][1]);
+              }
             }
           }
           __syncwarp();  // every lane is done with slot j - 1 before it is refilled
@@ -523,9 +568,9 @@ __global__ void __launch_bounds__(W * 32, NT <= 2 ? 16 / W : 1) decode_half_kern
 #endif
 }
 
-template <class T, int NT, int W, int CW, bool Kept, bool Sp24>
+template <class T, int NT, int W, int CW, bool Kept, bool Sp24, int SV = 1>
 cudaError_t launch_one(const Args& a, int split_k, bool dependent, cudaStream_t stream) {
-  auto kernel = decode_half_kernel<T, NT, W, CW, Kept, Sp24>;
+  auto kernel = decode_half_kernel<T, NT, W, CW, Kept, Sp24, SV>;
   static bool smem_set[kMaxDevices] = {};
   cudaError_t err = set_smem_limit_once(smem_set, kernel, kMaxSmem);
   if (err != cudaSuccess) return err;
@@ -598,9 +643,13 @@ cudaError_t launch_cols(const Args& a0, int split_k, int config, cudaStream_t st
   }
   if (config & kHalfDecodeNarrow) {
     a.x_rows = plan_x_rows<NT, W, 1>(a.windows, split_k, a.N, a.M);
+    if (a.L == 8) return launch_one<T, NT, W, 1, false, false, 2>(a, split_k, dependent, stream);
+    if (a.L == 4) return launch_one<T, NT, W, 1, false, false, 4>(a, split_k, dependent, stream);
     return launch_one<T, NT, W, 1, false, false>(a, split_k, dependent, stream);
   }
   a.x_rows = plan_x_rows<NT, W, 4>(a.windows, split_k, a.N, a.M);
+  if (a.L == 8) return launch_one<T, NT, W, 4, false, false, 2>(a, split_k, dependent, stream);
+  if (a.L == 4) return launch_one<T, NT, W, 4, false, false, 4>(a, split_k, dependent, stream);
   return launch_one<T, NT, W, 4, false, false>(a, split_k, dependent, stream);
 }
 
@@ -611,7 +660,7 @@ cudaError_t launch(const HalfSpmmParams& p, int config, cudaStream_t stream) {
   const bool sp24 = (config & kHalfDecodeSparse24) != 0;
   if (sp24 ? !sparse24_decode_supports(p.m, p.n, p.k, p.N, p.M, p.L) : !half_decode_supports(p.m, p.n, p.k, p.N, p.M, p.L))
     return cudaErrorInvalidValue;
-  if ((config & kHalfDecodeKept) && (sp24 || !(config & kHalfDecodeNarrow))) return cudaErrorInvalidValue;
+  if ((config & kHalfDecodeKept) && (sp24 || !(config & kHalfDecodeNarrow) || p.L < 16)) return cudaErrorInvalidValue;
   // Sp24: the metadata rows [ceil(k / 32)] of meta_ld words (a multiple of 4, at least out / L).
   if (sp24 && (p.meta == nullptr || reinterpret_cast<uintptr_t>(p.meta) % 16 != 0 || p.meta_ld % 4 != 0 ||
                p.meta_ld < p.n / p.L))

@@ -19,12 +19,12 @@ constexpr int64_t kHalfDecodeMaxM = 64;
 
 inline bool half_decode_is_pow2(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
 
-// m <= 64, L a power of two in [16, 128], M a power of two in [2, 64], 1 <= N <= M, n % L == 0,
-// k % M == 0 and fewer than 2^26 compressed rows (the kernels divide row numbers by N with a
-// 32-bit reciprocal).
+// m <= 64, L a power of two in [4, 128] (L < 16: n a multiple of 8, the 16-byte chunks of the
+// weight's rows), M a power of two in [2, 64], 1 <= N <= M, n % L == 0, k % M == 0 and fewer than
+// 2^26 compressed rows (the kernels divide row numbers by N with a 32-bit reciprocal).
 inline bool half_decode_supports(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, int64_t L) {
   if (m < 1 || m > kHalfDecodeMaxM || n < 1 || k < 0) return false;
-  if (!half_decode_is_pow2(L) || L < 16 || L > 128 || n % L != 0) return false;
+  if (!half_decode_is_pow2(L) || L < 4 || L > 128 || n % L != 0 || (L < 16 && n % 8 != 0)) return false;
   if (!half_decode_is_pow2(M) || M < 2 || M > 64 || N < 1 || N > M || k % M != 0) return false;
   return k / M * N < (int64_t{1} << 26);
 }
@@ -72,7 +72,7 @@ inline int64_t half_decode_blocks_per_sm(int64_t m, int64_t windows, int64_t spl
 
 // The plan, fitted to sweeps on H100 (six Llama layer shapes x N = 4, 8, 12, 16 of 32 x m = 1, 8,
 // 16, 32, CUDA graphs, weights cycled past L2; docs/kernels.md), in the order the rules are tried:
-//  * 9 <= m <= 64 on layers of at most num_sms / 2 narrow tiles (n <= 4224 on H100) at N / M <= 1/8,
+//  * 9 <= m <= 64 and L >= 16 on layers of at most num_sms / 2 narrow tiles (n <= 4224 on H100) at N / M <= 1/8,
 //    or of at most num_sms / 8 (n <= 1024) at N / M <= 1/4: narrow blocks that stage x only at
 //    their kept rows (kHalfDecodeKept), S = clamp(num_sms / tiles, 2, 6). At 4:32 they stage a
 //    quarter of the x rows of a narrow block; measured 1.01-1.43x over the other plans on
@@ -89,13 +89,13 @@ inline int64_t half_decode_blocks_per_sm(int64_t m, int64_t windows, int64_t spl
 //    wave, with room for the next call's blocks under programmatic dependent launch), with at
 //    least two steps of 16 compressed rows per warp, and S > 8 only where each block keeps at least
 //    96 rows; at m <= 8 at most S = 10 (clusters of 12 measure 1.1-1.2x slower there).
-inline HalfDecodePlan half_decode_plan(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, int num_sms) {
+inline HalfDecodePlan half_decode_plan(int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, int64_t L, int num_sms) {
   if (num_sms <= 0) num_sms = 132;
   const int64_t windows = M > 0 ? k / M : 0;
   const int64_t wide_tiles = (n + 255) / 256, narrow_tiles = (n + 63) / 64;
   int64_t s = num_sms / narrow_tiles;
   s = s < 2 ? 2 : s > 6 ? 6 : s;
-  if (m > 8 && ((N * 8 <= M && narrow_tiles * 2 <= num_sms) || (N * 4 <= M && narrow_tiles * 8 <= num_sms))) {
+  if (m > 8 && L >= 16 && ((N * 8 <= M && narrow_tiles * 2 <= num_sms) || (N * 4 <= M && narrow_tiles * 8 <= num_sms))) {
     if (s > windows) s = windows < 1 ? 1 : windows;
     return {kHalfDecodeNarrow | kHalfDecodeKept, static_cast<int>(s)};
   }
