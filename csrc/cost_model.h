@@ -619,6 +619,15 @@ inline double expand_mma_cost_us(int tile, int64_t m, int64_t n, int64_t k, int6
   return c.fixed_us + (grid > memory ? grid : memory) + reduce;
 }
 
+// Rounds of a one-block-per-SM grid of ceil(n / 128) x ceil(m / tile) x split blocks, a split being
+// a cluster: clusters of 4 and 8 place fewer blocks at a time (fill4, fill8 of the SMs).
+inline double cluster_grid_rounds(int tile, int64_t m, int64_t n, int split, int num_sms, double fill4, double fill8) {
+  const double sms = num_sms > 0 ? num_sms : 132;
+  const double resident = split <= 2 ? sms : split == 4 ? sms * fill4 : sms * fill8;
+  const double blocks = static_cast<double>((n + 127) / 128) * static_cast<double>((m + tile - 1) / tile) * split;
+  return std::ceil(blocks / std::floor(resident));
+}
+
 // expand_wgmma_* (sm_90a): one block per SM (cluster splits of 4 and 8 place 124 and 120 blocks
 // at a time on 132 SMs); a round of blocks costs a fixed part, a part for the tokens of its tile
 // (x's copies and the epilogue) and its stages, each costing the larger of the expansion (a fixed
@@ -641,10 +650,7 @@ constexpr ExpandWgmmaCost kExpandWgmmaCost{1.23, 4.43, 3.04, 0.409, 0.0073, 0.00
 inline double expand_wgmma_cost_us(int tile, int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, int64_t L,
                                    int split, int num_sms) {
   const ExpandWgmmaCost& c = kExpandWgmmaCost;
-  const double sms = num_sms > 0 ? num_sms : 132;
-  const double resident = split <= 2 ? sms : split == 4 ? sms * c.cluster4_fill : sms * c.cluster8_fill;
-  const double blocks = static_cast<double>((n + 127) / 128) * static_cast<double>((m + tile - 1) / tile) * split;
-  const double rounds = std::ceil(blocks / std::floor(resident));
+  const double rounds = cluster_grid_rounds(tile, m, n, split, num_sms, c.cluster4_fill, c.cluster8_fill);
   const int64_t nst = (k + 63) / 64;
   const double stages = static_cast<double>((nst + split - 1) / split);
   const double slots = static_cast<double>(64 / M * N);
@@ -680,10 +686,7 @@ constexpr GatherWgmmaCost kGatherWgmmaCost{5.94, 3.82e6, 6.76, 0.927, 0.716, 0.7
 inline double gather_wgmma_cost_us(int tile, int64_t m, int64_t n, int64_t k, int64_t N, int64_t M, int64_t L,
                                    int split, int num_sms) {
   const GatherWgmmaCost& c = kGatherWgmmaCost;
-  const double sms = num_sms > 0 ? num_sms : 132;
-  const double resident = split <= 2 ? sms : split == 4 ? sms * c.cluster4_fill : sms * c.cluster8_fill;
-  const double blocks = static_cast<double>((n + 127) / 128) * static_cast<double>((m + tile - 1) / tile) * split;
-  const double rounds = std::ceil(blocks / std::floor(resident));
+  const double rounds = cluster_grid_rounds(tile, m, n, split, num_sms, c.cluster4_fill, c.cluster8_fill);
   const int64_t nst = (k / M * N + kernels::gather_wgmma::kRows - 1) / kernels::gather_wgmma::kRows;
   const double stages = static_cast<double>((nst + split - 1) / split);
   const double stage = (L >= 128 ? c.stage128_us : c.stage64_us) * (tile >= 256 ? 1.0 : c.tile128_factor);
