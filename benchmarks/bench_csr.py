@@ -76,7 +76,7 @@ def torch_csr_call(w: nmspmm.CSRWeight, x: torch.Tensor):
 
 def clone_csr(w):
     return csr_trusted(crow_indices=w.crow_indices.clone(), col_indices=w.col_indices.clone(),
-                       values=w.values.clone(), shape=w.shape)
+                       values=w.values.clone(), shape=w.shape, max_row_nnz=w.max_row_nnz)
 
 
 def clone_nm(w):

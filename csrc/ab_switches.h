@@ -20,6 +20,9 @@
 //                              results change within their tolerances, not bit for bit).
 //   NMSPMM_CSR_WARP_ROW_MAX_M=v unstructured CSR products with m <= v run csr_spmm_warp_row, the
 //                              rest csr_spmm_xt_gather (default 8; a path switch like the one above).
+//   NMSPMM_CSR_X_SHARED_MAX_M=v unstructured CSR products with m <= v (0..8) and uneven rows run
+//                              csr_spmm_x_shared where x fits in shared memory (default 8; 0 leaves
+//                              them to the two kernels above; a path switch).
 // Torch-free and CUDA-free.
 #pragma once
 #include <cstdlib>
@@ -34,6 +37,7 @@ struct AbSwitches {
   bool tc_tma = true;
   int half_decode_max_m = 64;
   long csr_warp_row_max_m = 8;
+  long csr_x_shared_max_m = 8;
 };
 
 inline const AbSwitches& ab_switches() {
@@ -55,6 +59,10 @@ inline const AbSwitches& ab_switches() {
     if (const char* e = std::getenv("NMSPMM_CSR_WARP_ROW_MAX_M"); e != nullptr && e[0] != '\0') {
       const long v = std::strtol(e, nullptr, 10);
       a.csr_warp_row_max_m = v < 0 ? 0 : v;
+    }
+    if (const char* e = std::getenv("NMSPMM_CSR_X_SHARED_MAX_M"); e != nullptr && e[0] != '\0') {
+      const long v = std::strtol(e, nullptr, 10);
+      a.csr_x_shared_max_m = v < 0 ? 0 : v > 8 ? 8 : v;
     }
     return a;
   }();

@@ -140,7 +140,7 @@ const auto& csr_spmm_op() {
   static const auto op = c10::Dispatcher::singleton()
                               .findSchemaOrThrow("nmspmm::csr_spmm", "")
                               .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                                                const at::Tensor&, int64_t, const OptTensor&)>();
+                                                const at::Tensor&, int64_t, const OptTensor&, int64_t)>();
   return op;
 }
 
@@ -153,28 +153,30 @@ const auto& csr_decompress_op() {
 }
 
 at::Tensor csr_call_below_autograd(const at::Tensor& x, const at::Tensor& crow, const at::Tensor& col,
-                                   const at::Tensor& values, int64_t in_features, const OptTensor& bias) {
+                                   const at::Tensor& values, int64_t in_features, const OptTensor& bias,
+                                   int64_t max_row_nnz) {
   at::AutoDispatchBelowADInplaceOrView guard;
-  return csr_spmm_op().call(x, crow, col, values, in_features, bias);
+  return csr_spmm_op().call(x, crow, col, values, in_features, bias, max_row_nnz);
 }
 
 // csr_spmm with a frozen CSR weight: dL/dx = dL/dy @ W (W from csr_decompress), dL/dbias the sum
 // of dL/dy over the leading dims.
 struct CsrSpmmFunction : public torch::autograd::Function<CsrSpmmFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& crow, const at::Tensor& col,
-                            const at::Tensor& values, int64_t in_features, const OptTensor& bias) {
+                            const at::Tensor& values, int64_t in_features, const OptTensor& bias,
+                            int64_t max_row_nnz) {
     TORCH_CHECK(!values.requires_grad(),
                 "nmspmm.csr_spmm: gradients for the sparse weight values are not supported; the sparse weight is "
                 "frozen (values.requires_grad must be False)");
     ctx->save_for_backward({crow, col, values});
     ctx->saved_data["in_features"] = in_features;
     ctx->saved_data["has_bias"] = bias.has_value();
-    return csr_call_below_autograd(x, crow, col, values, in_features, bias);
+    return csr_call_below_autograd(x, crow, col, values, in_features, bias, max_row_nnz);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    // One slot per forward argument: x, crow, col, values, in_features, bias.
-    variable_list out(6);
+    // One slot per forward argument: x, crow, col, values, in_features, bias, max_row_nnz.
+    variable_list out(7);
     const at::Tensor& grad_y = grads[0];
     if (!grad_y.defined()) return out;
     const auto saved = ctx->get_saved_variables();
@@ -193,9 +195,11 @@ struct CsrSpmmFunction : public torch::autograd::Function<CsrSpmmFunction> {
 };
 
 at::Tensor csr_spmm_autograd(const at::Tensor& x, const at::Tensor& crow, const at::Tensor& col,
-                             const at::Tensor& values, int64_t in_features, const OptTensor& bias) {
-  if (!needs_grad(x, values, bias)) return csr_call_below_autograd(x, crow, col, values, in_features, bias);
-  return CsrSpmmFunction::apply(x, crow, col, values, in_features, bias);
+                             const at::Tensor& values, int64_t in_features, const OptTensor& bias,
+                             int64_t max_row_nnz) {
+  if (!needs_grad(x, values, bias))
+    return csr_call_below_autograd(x, crow, col, values, in_features, bias, max_row_nnz);
+  return CsrSpmmFunction::apply(x, crow, col, values, in_features, bias, max_row_nnz);
 }
 
 }  // namespace

@@ -181,9 +181,10 @@ TORCH_LIBRARY(nmspmm, m) {
   // Unstructured sparse weights in CSR (rows = outputs; crow_indices int32 [out + 1], col_indices
   // int32 [nnz], values [nnz]): y[..., out] = x[..., in] @ W^T (+ bias), fp32 accumulation. The
   // index data is validated where a weight enters (nmspmm.CSRWeight); the kernels mask what they
-  // read (a row's range clamped to [0, nnz], columns outside [0, in) skipped).
+  // read (a row's range clamped to [0, nnz], columns outside [0, in) skipped). max_row_nnz, the
+  // longest row's nonzeros where the caller knows it (-1: unknown), only steers the kernel choice.
   m.def("csr_spmm(Tensor x, Tensor crow_indices, Tensor col_indices, Tensor values, int in_features, "
-        "Tensor? bias=None) -> Tensor");
+        "Tensor? bias=None, int max_row_nnz=-1) -> Tensor");
   // The dense weight [out, in] of a CSR weight (duplicates summed; masked as csr_spmm masks).
   m.def("csr_decompress(Tensor crow_indices, Tensor col_indices, Tensor values, int in_features) -> Tensor");
   // The kernel registry (csrc/registry.h): every kernel's name, and what one kernel needs and does.

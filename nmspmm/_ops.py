@@ -233,7 +233,7 @@ def _check_csr(op, crow_indices, col_indices, values, in_features):
 
 
 @torch.library.register_fake("nmspmm::csr_spmm")
-def _csr_spmm_fake(x, crow_indices, col_indices, values, in_features, bias=None):
+def _csr_spmm_fake(x, crow_indices, col_indices, values, in_features, bias=None, max_row_nnz=-1):
     out = _check_csr("csr_spmm", crow_indices, col_indices, values, in_features)
     torch._check(x.dim() >= 1, lambda: "nmspmm.csr_spmm: x must have at least one dimension [..., in_features]")
     torch._check(x.dtype == values.dtype, lambda: f"nmspmm.csr_spmm: x has dtype {x.dtype} but the weight values "

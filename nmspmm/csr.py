@@ -18,12 +18,23 @@ _FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 _INDEX_LIMIT = 2**31 - 1  # int32 indices
 
 
-def _trusted(**fields) -> "CSRWeight":
-    """A CSRWeight from tensors nmspmm derived from a validated weight (no checks)."""
+def _trusted(max_row_nnz: Optional[int] = None, **fields) -> "CSRWeight":
+    """A CSRWeight from tensors nmspmm derived from a validated weight (no checks; the longest row
+    is counted unless given)."""
     obj = object.__new__(CSRWeight)
     for f in dataclasses.fields(CSRWeight):
         object.__setattr__(obj, f.name, fields[f.name])
+    object.__setattr__(obj, "max_row_nnz", _longest_row(obj.crow_indices) if max_row_nnz is None else max_row_nnz)
     return obj
+
+
+def _longest_row(crow: torch.Tensor) -> int:
+    """The most nonzeros of one row (-1 on the meta device). The product's kernel choice on CUDA
+    takes it as a hint (torch.ops.nmspmm.csr_spmm's max_row_nnz): rows much longer than the mean
+    run on the balanced kernel."""
+    if crow.is_meta:
+        return -1
+    return int((crow[1:] - crow[:-1]).max()) if crow.shape[0] > 1 else 0
 
 
 @dataclass(frozen=True)
@@ -38,7 +49,8 @@ class CSRWeight:
     The fields are those of ``torch.sparse_csr_tensor`` (``to_sparse_csr`` / ``from_sparse``
     convert). Built from raw tensors, the index data is checked here, where the weight enters
     (one synchronization on CUDA): unsorted or duplicate columns are refused; ``from_sparse``
-    sorts and sums duplicates first.
+    sorts and sums duplicates first. ``max_row_nnz`` (not a field) is the longest row's count,
+    which the CUDA product takes as a hint for its kernel choice.
     """
 
     crow_indices: torch.Tensor
@@ -48,6 +60,7 @@ class CSRWeight:
 
     def __post_init__(self) -> None:
         _validate(self)
+        object.__setattr__(self, "max_row_nnz", _longest_row(self.crow_indices))
 
     @property
     def out_features(self) -> int:
@@ -85,7 +98,8 @@ class CSRWeight:
     def to(self, device=None, dtype=None) -> "CSRWeight":
         """Move to a device and/or cast the values (indices stay int32)."""
         return _trusted(crow_indices=self.crow_indices.to(device=device), col_indices=self.col_indices.to(device=device),
-                        values=self.values.to(device=device, dtype=dtype), shape=self.shape)
+                        values=self.values.to(device=device, dtype=dtype), shape=self.shape,
+                        max_row_nnz=self.max_row_nnz)
 
     def to_dense(self) -> torch.Tensor:
         """Dense ``weight[out, in]`` with zeros where no entry is stored (the values' dtype)."""
@@ -209,7 +223,8 @@ def _validate(w: CSRWeight) -> None:
 def csr_spmm(x: torch.Tensor, weight: CSRWeight, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
     """``y[..., out] = x[..., in] @ weight.to_dense().T (+ bias)`` with fp32 accumulation."""
     _check_device(x, "x")
-    return ops.csr_spmm(x, weight.crow_indices, weight.col_indices, weight.values, weight.in_features, bias)
+    return ops.csr_spmm(x, weight.crow_indices, weight.col_indices, weight.values, weight.in_features, bias,
+                        weight.max_row_nnz)
 
 
 _CSR_BUFFERS = ("crow_indices", "col_indices", "values")
@@ -235,6 +250,7 @@ class CSRLinear(nn.Module):
         self.register_buffer("crow_indices", torch.zeros(out_features + 1, dtype=torch.int32, device=device))
         self.register_buffer("col_indices", torch.zeros(0, dtype=torch.int32, device=device))
         self.register_buffer("values", torch.zeros(0, dtype=dtype, device=device))
+        self.max_row_nnz = 0  # the longest row's nonzeros: the CUDA product's kernel-choice hint
         if bias:
             self.bias = nn.Parameter(torch.zeros(out_features, device=device, dtype=dtype))
         else:
@@ -245,6 +261,7 @@ class CSRLinear(nn.Module):
         layer = cls(weight.in_features, weight.out_features, bias=bias is not None, device=weight.device,
                     dtype=weight.dtype)
         layer.crow_indices, layer.col_indices, layer.values = weight.crow_indices, weight.col_indices, weight.values
+        layer.max_row_nnz = weight.max_row_nnz
         if bias is not None:
             layer.bias = nn.Parameter(bias.detach().to(device=weight.device, dtype=weight.dtype).clone())
         return layer
@@ -259,7 +276,7 @@ class CSRLinear(nn.Module):
     @property
     def weight_csr(self) -> CSRWeight:
         return _trusted(crow_indices=self.crow_indices, col_indices=self.col_indices, values=self.values,
-                        shape=(self.out_features, self.in_features))
+                        shape=(self.out_features, self.in_features), max_row_nnz=self.max_row_nnz)
 
     def to_dense(self) -> torch.Tensor:
         return self.weight_csr.to_dense()
@@ -269,7 +286,8 @@ class CSRLinear(nn.Module):
         return self.weight_csr.nbytes()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return ops.csr_spmm(x, self.crow_indices, self.col_indices, self.values, self.in_features, self.bias)
+        return ops.csr_spmm(x, self.crow_indices, self.col_indices, self.values, self.in_features, self.bias,
+                            self.max_row_nnz)
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                               error_msgs):
@@ -279,11 +297,12 @@ class CSRLinear(nn.Module):
         if all(k in state_dict for k in keys):
             crow, col, vals = (state_dict[k] for k in keys)
             try:
-                CSRWeight(crow, col, vals.to(self.values.dtype) if isinstance(vals, torch.Tensor) else vals,
-                          (self.out_features, self.in_features))
+                incoming = CSRWeight(crow, col, vals.to(self.values.dtype) if isinstance(vals, torch.Tensor) else vals,
+                                     (self.out_features, self.in_features))
             except (TypeError, ValueError) as e:
                 error_msgs.append(f"{prefix or 'CSRLinear'}: {e}")
                 return
+            self.max_row_nnz = incoming.max_row_nnz
             for name, t in zip(_CSR_BUFFERS, (crow, col, vals)):
                 ours = self._buffers[name]
                 self._buffers[name] = torch.empty(t.shape, dtype=ours.dtype, device=ours.device)

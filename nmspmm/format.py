@@ -270,6 +270,7 @@ def spmm(x: torch.Tensor, packed: NMWeight, bias: Optional[torch.Tensor] = None)
     _check_device(x, "x")
     from .csr import CSRWeight
     if isinstance(packed, CSRWeight):
-        return ops.csr_spmm(x, packed.crow_indices, packed.col_indices, packed.values, packed.in_features, bias)
+        return ops.csr_spmm(x, packed.crow_indices, packed.col_indices, packed.values, packed.in_features, bias,
+                            packed.max_row_nnz)
     return ops.spmm(x, packed.values, packed.indices, packed.N, packed.M, packed.L, bias,
                     packed.col_info, packed.packed_indices, packed.tc_meta)

@@ -51,7 +51,7 @@ import torch
 from torch import nn
 
 from .format import NMWeight
-from .csr import CSRLinear
+from .csr import CSRLinear, _longest_row
 from .nn import NMLinear, _spmm
 from .peer_exchange import peer_exchange
 
@@ -265,7 +265,7 @@ class RowParallelCSRLinear(_RowParallel, CSRLinear):
 
     def _partial(self, x):
         return torch.ops.nmspmm.csr_spmm(x, self.crow_indices, self.col_indices, self.values, self.in_features,
-                                         None), x.dtype
+                                         None, self.max_row_nnz), x.dtype
 
 
 class ColumnParallelLinear(_ColumnParallel, nn.Linear):
@@ -459,6 +459,7 @@ def _csr_layer(cls, fields, in_features: int, out_features: int, bias) -> CSRLin
     crow, col, vals = fields
     layer = cls(in_features, out_features, bias=bias is not None, device=vals.device, dtype=vals.dtype)
     layer.crow_indices, layer.col_indices, layer.values = crow, col, vals
+    layer.max_row_nnz = _longest_row(crow)
     if bias is not None:
         layer.bias = nn.Parameter(bias.detach().clone())
     return layer

@@ -50,13 +50,15 @@ def check_product(x, w, bias, y):
 @pytest.mark.parametrize("m", [1, 3, 8, 12, 17, 40, 64, 100])
 @pytest.mark.parametrize("density", [0.02, 0.1, 0.5])
 def test_csr_spmm_matches_fp64_reference(dtype, m, density, device):
-    # m <= 8 runs csr_spmm_warp_row on the GPU, the rest csr_spmm_xt_gather with groups of 2 / 4 / 8 /
-    # 16 lanes (16 / 32 / 64 / 128 tokens; fp32 half that).
+    # m <= 8 runs csr_spmm_warp_row on the GPU, or csr_spmm_x_shared (x in shared memory, 1 / 2 / 4 / 8
+    # token slots) where max_row_nnz says the rows are uneven (forced here by a large hint); the rest
+    # csr_spmm_xt_gather with groups of 2 / 4 / 8 / 16 lanes (16 / 32 / 64 / 128 tokens; fp32 half that).
     w = random_csr(96, 160, density, dtype, device)
     x = torch.randn(m, 160).to(dtype).to(device)
     bias = torch.randn(96).to(dtype).to(device)
     check_product(x, w, bias, nmspmm.spmm(x, w, bias))
     check_product(x, w, None, nmspmm.csr_spmm(x, w))
+    check_product(x, w, bias, ops.csr_spmm(x, w.crow_indices, w.col_indices, w.values, 160, bias, 2**31 - 1))
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -88,12 +90,18 @@ def test_csr_spmm_long_rows_and_3d_strided_input(rows, device):
 
 
 @pytest.mark.parametrize("dtype,inp,m", [(torch.bfloat16, 7000, 20), (torch.float32, 7000, 11),
-                                         (torch.float32, 13000, 9), (torch.float32, 26000, 9)])
+                                         (torch.float32, 13000, 9), (torch.float32, 26000, 9),
+                                         (torch.bfloat16, 13000, 8), (torch.bfloat16, 14000, 8),
+                                         (torch.bfloat16, 40000, 4), (torch.float32, 13000, 8)])
 def test_csr_spmm_wide_inputs(dtype, inp, m, device):
-    # Rows of thousands of inputs, token counts past one chunk of 8 (tails of 1-4 tokens).
+    # Rows of thousands of inputs, token counts past one chunk of 8 (tails of 1-4 tokens). With the
+    # balanced kernel asked for (a large max_row_nnz) on the GPU (227 KB of shared memory per block):
+    # bf16 13000 x 8 tokens is csr_spmm_x_shared near its limit; bf16 14000 x 8, 40000 x 4 and fp32
+    # 13000 x 8 csr_spmm_warp_row (x does not fit); m > 8 csr_spmm_xt_gather.
     w = random_csr(24, inp, 0.05, dtype, device)
     x = torch.randn(m, inp).to(dtype).to(device)
     check_product(x, w, None, nmspmm.spmm(x, w))
+    check_product(x, w, None, ops.csr_spmm(x, w.crow_indices, w.col_indices, w.values, inp, None, 2**31 - 1))
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -219,9 +227,10 @@ def test_csr_weight_refuses_bad_index_data(case, exc, match, device):
     nmspmm.CSRWeight(*_fields(device), (2, 3))  # the unmodified fields are accepted
 
 
-@pytest.mark.parametrize("m", [3, 20, 150])
+@pytest.mark.parametrize("hint", [-1, 2**31 - 1])
+@pytest.mark.parametrize("m", [1, 3, 8, 20, 150])
 @pytest.mark.parametrize("case", ["cols-out-of-range", "crow-past-nnz", "crow-decreasing", "crow-negative"])
-def test_csr_spmm_masks_corrupted_indices_like_the_reference(case, m, device):
+def test_csr_spmm_masks_corrupted_indices_like_the_reference(case, m, hint, device):
     # The op itself checks no index data (the weight was checked where it entered); given corrupted
     # data anyway it reads nothing outside its inputs and computes the documented masked product:
     # a row's range clamped to [0, nnz], columns outside [0, in) skipped. The CPU loop below is that
@@ -248,8 +257,60 @@ def test_csr_spmm_masks_corrupted_indices_like_the_reference(case, m, device):
         for p in range(b, e):
             if 0 <= int(col[p]) < inp:
                 ref[:, j] += vals[p].double() * x[:, int(col[p])].double()
-    y = ops.csr_spmm(x.to(device), crow.int().to(device), col.int().to(device), vals.to(device), inp)
+    # hint: max_row_nnz, unknown (csr_spmm_warp_row for m <= 8) or large (csr_spmm_x_shared).
+    y = ops.csr_spmm(x.to(device), crow.int().to(device), col.int().to(device), vals.to(device), inp, None, hint)
     torch.testing.assert_close(y.cpu().double(), ref, rtol=1e-5, atol=1e-5)
+
+
+def masked_reference(x, crow, col, vals, inp):
+    """The documented masked product for any index content, vectorised in plain torch: row j sums
+    the entries of its range clamped to [0, nnz] whose column lies in [0, inp)."""
+    nnz, out = vals.numel(), crow.numel() - 1
+    b = crow[:-1].long().clamp(0, nnz)
+    e = torch.maximum(crow[1:].long().clamp(max=nnz), b)
+    rows = torch.repeat_interleave(torch.arange(out), e - b)
+    starts = torch.repeat_interleave(b - torch.cumsum(e - b, 0) + (e - b), e - b)
+    pos = starts + torch.arange(rows.numel())
+    c = col.long()[pos]
+    keep = (c >= 0) & (c < inp)
+    w = torch.zeros(out, inp, dtype=torch.float64)
+    w.index_put_((rows[keep], c[keep]), vals.double()[pos][keep], accumulate=True)
+    return x.double() @ w.T
+
+
+@pytest.mark.parametrize("m", [1, 5, 8])
+@pytest.mark.parametrize("case", ["random-crow", "many-rows", "one-long-row"])
+def test_csr_spmm_row_ranges_over_many_blocks(case, m, device):
+    # Shapes where csr_spmm_x_shared's blocks (one per SM) split the rows by nonzero count (asked for
+    # by a large max_row_nnz): a crow of random values (the blocks' ranges must still partition the
+    # rows), blocks of several tiles of 256 rows, and one row longer than a block's share.
+    g = torch.Generator().manual_seed(3 + m)
+    if case == "random-crow":
+        out, inp, nnz = 3000, 64, 20000
+        crow = torch.randint(-50, nnz + 50, (out + 1,), generator=g)
+        crow[::7] = torch.sort(crow[::7]).values
+    elif case == "many-rows":
+        out, inp = 90000, 48
+        lens = (torch.rand(out, generator=g) ** 4 * 6).long()
+        crow = torch.cat([torch.zeros(1, dtype=torch.long), torch.cumsum(lens, 0)])
+        nnz = int(crow[-1])
+    else:
+        out, inp = 2000, 4096
+        lens = torch.full((out,), 8, dtype=torch.long)
+        lens[1234] = inp
+        crow = torch.cat([torch.zeros(1, dtype=torch.long), torch.cumsum(lens, 0)])
+        nnz = int(crow[-1])
+    col = torch.randint(0, inp, (nnz,), generator=g)
+    vals = torch.randn(nnz, generator=g)
+    x = torch.randn(m, inp, generator=g)
+    ref = masked_reference(x, crow, col, vals, inp)
+    # fp32 sums of up to 20,000 terms: each output within 2e-6 of its terms' absolute sum (a missed
+    # or doubled entry of typical size is off by 1 / terms of that sum, 5e-5 or more here).
+    bound = 2e-6 * masked_reference(x.abs(), crow, col, vals.abs(), inp) + 1e-6
+    y = ops.csr_spmm(x.to(device), crow.int().to(device), col.int().to(device), vals.to(device), inp, None,
+                     2**31 - 1)
+    err = (y.cpu().double() - ref).abs()
+    assert (err <= bound).all(), f"{int((err > bound).sum())} outputs off, worst {float((err / bound).max()):.3g} x bound"
 
 
 def test_csr_spmm_refuses_bad_arguments(device):
@@ -275,7 +336,8 @@ def test_csr_spmm_opcheck(dtype, device):
     for args in ((torch.randn(5, 48).to(dtype).to(device), *f),
                  (torch.randn(2, 3, 48).to(dtype).to(device), *f, bias),
                  (torch.randn(4, 48).to(dtype).to(device).requires_grad_(), *f, bias.clone().requires_grad_()),
-                 (torch.randn(0, 48).to(dtype).to(device), *f, bias)):
+                 (torch.randn(0, 48).to(dtype).to(device), *f, bias),
+                 (torch.randn(3, 48).to(dtype).to(device).requires_grad_(), *f, bias, 2**31 - 1)):
         opcheck(ops.csr_spmm, args)
     opcheck(ops.csr_decompress, f)
 

@@ -12,7 +12,8 @@ namespace nmspmm {
 namespace {
 
 at::Tensor csr_spmm_cpu(const at::Tensor& x, const at::Tensor& crow_indices, const at::Tensor& col_indices,
-                        const at::Tensor& values, int64_t in_features, const std::optional<at::Tensor>& bias) {
+                        const at::Tensor& values, int64_t in_features, const std::optional<at::Tensor>& bias,
+                        int64_t /*max_row_nnz: a kernel-choice hint of the CUDA implementation*/) {
   const int64_t out = check_csr_spmm(x, crow_indices, col_indices, values, in_features, bias);
   const int64_t m = spmm_rows(x), k = in_features, nnz = values.size(0);
   const at::Tensor xf = x.reshape({m, k}).to(at::kFloat).contiguous();

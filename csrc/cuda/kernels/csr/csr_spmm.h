@@ -37,5 +37,14 @@ cudaError_t launch_csr_spmm_xt_gather(const CsrSpmmParams& p, void* workspace, c
 // Tokens of the transposed x, m rounded up to the group's token count (16 to 128; fp32 8 to 64).
 int64_t csr_xt_gather_tokens(int64_t m, size_t elem_bytes);
 
+// For m <= kCsrXSharedMaxM where all of x fits in one block's shared memory (csr_x_shared_fits):
+// one block per SM stages x as [k][m rounded up to 1, 2, 4 or 8], takes a range of rows of about
+// nnz / SMs nonzeros, and cuts each tile of its rows' nonzeros into one equal part per warp, so
+// rows of any lengths share the SMs evenly. The same masking as csr_spmm_warp_row;
+// cudaErrorInvalidValue also for nnz >= 2^31 or a call that does not fit.
+constexpr int64_t kCsrXSharedMaxM = 8;
+bool csr_x_shared_fits(int64_t m, int64_t k, size_t elem_bytes);
+cudaError_t launch_csr_spmm_x_shared(const CsrSpmmParams& p, cudaStream_t stream);
+
 }  // namespace kernels
 }  // namespace nmspmm
