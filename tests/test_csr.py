@@ -375,6 +375,26 @@ def test_csr_linear_state_dict_round_trip_and_load_checks(device):
         nmspmm.CSRLinear(64, 32, device=device).load_state_dict(bad)
 
 
+def test_max_row_nnz_follows_the_weight(device):
+    # The kernel-choice hint (csr_spmm's max_row_nnz) is the longest row's count wherever a CSR
+    # weight enters or moves: CSRWeight, from_dense, to(), CSRLinear.from_weight and load_state_dict.
+    mask = torch.zeros(5, 40, dtype=torch.bool)
+    mask[0, :3] = mask[2, :17] = mask[4, ::8] = True
+    w = nmspmm.CSRWeight.from_dense(torch.randn(5, 40).to(device), mask=mask.to(device))
+    assert w.max_row_nnz == 17
+    assert nmspmm.CSRWeight(w.crow_indices, w.col_indices, w.values, w.shape).max_row_nnz == 17
+    assert w.to(dtype=torch.float16).max_row_nnz == 17
+    layer = nmspmm.CSRLinear.from_weight(w)
+    assert layer.max_row_nnz == 17 and layer.weight_csr.max_row_nnz == 17
+    fresh = nmspmm.CSRLinear(40, 5, bias=False, device=device)
+    assert fresh.max_row_nnz == 0
+    fresh.load_state_dict(layer.state_dict())
+    assert fresh.max_row_nnz == 17
+    empty = nmspmm.CSRWeight.from_dense(torch.zeros(0, 3, device=device), mask=torch.zeros(0, 3, dtype=torch.bool,
+                                                                                         device=device))
+    assert empty.max_row_nnz == 0
+
+
 def test_unstructured_mask_keeps_the_largest_per_row_or_per_matrix():
     score = torch.rand(6, 50)
     m = unstructured_mask(score, 0.9)
