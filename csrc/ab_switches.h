@@ -19,7 +19,8 @@
 //                              the crossover for benchmarks/bench_decode_half.py (a path switch, so
 //                              results change within their tolerances, not bit for bit).
 //   NMSPMM_CSR_WARP_ROW_MAX_M=v unstructured CSR products with m <= v run csr_spmm_warp_row, the
-//                              rest csr_spmm_xt_gather (default 8; a path switch like the one above).
+//                              rest csr_spmm_xt_gather (default 8; a path switch like the one above;
+//                              uneven rows whose x does not fit in shared memory run xt_gather).
 //   NMSPMM_CSR_X_SHARED_MAX_M=v unstructured CSR products with m <= v (0..8) and uneven rows run
 //                              csr_spmm_x_shared where x fits in shared memory (default 8; 0 leaves
 //                              them to the two kernels above; a path switch).

@@ -52,7 +52,8 @@ def check_product(x, w, bias, y):
 def test_csr_spmm_matches_fp64_reference(dtype, m, density, device):
     # m <= 8 runs csr_spmm_warp_row on the GPU, or csr_spmm_x_shared (x in shared memory, 1 / 2 / 4 / 8
     # token slots) where max_row_nnz says the rows are uneven (forced here by a large hint); the rest
-    # csr_spmm_xt_gather with groups of 2 / 4 / 8 / 16 lanes (16 / 32 / 64 / 128 tokens; fp32 half that).
+    # csr_spmm_xt_gather with groups of 2 / 4 / 8 / 16 lanes (16 / 32 / 64 / 128 tokens; fp32 half that),
+    # its blocks balanced by nonzeros under the large hint.
     w = random_csr(96, 160, density, dtype, device)
     x = torch.randn(m, 160).to(dtype).to(device)
     bias = torch.randn(96).to(dtype).to(device)
@@ -95,9 +96,9 @@ def test_csr_spmm_long_rows_and_3d_strided_input(rows, device):
                                          (torch.bfloat16, 40000, 4), (torch.float32, 13000, 8)])
 def test_csr_spmm_wide_inputs(dtype, inp, m, device):
     # Rows of thousands of inputs, token counts past one chunk of 8 (tails of 1-4 tokens). With the
-    # balanced kernel asked for (a large max_row_nnz) on the GPU (227 KB of shared memory per block):
+    # balanced kernels asked for (a large max_row_nnz) on the GPU (227 KB of shared memory per block):
     # bf16 13000 x 8 tokens is csr_spmm_x_shared near its limit; bf16 14000 x 8, 40000 x 4 and fp32
-    # 13000 x 8 csr_spmm_warp_row (x does not fit); m > 8 csr_spmm_xt_gather.
+    # 13000 x 8 csr_spmm_xt_gather with blocks balanced by nonzeros (x does not fit), as every m > 8.
     w = random_csr(24, inp, 0.05, dtype, device)
     x = torch.randn(m, inp).to(dtype).to(device)
     check_product(x, w, None, nmspmm.spmm(x, w))
@@ -278,12 +279,13 @@ def masked_reference(x, crow, col, vals, inp):
     return x.double() @ w.T
 
 
-@pytest.mark.parametrize("m", [1, 5, 8])
+@pytest.mark.parametrize("m", [1, 5, 8, 12, 40])
 @pytest.mark.parametrize("case", ["random-crow", "many-rows", "one-long-row"])
 def test_csr_spmm_row_ranges_over_many_blocks(case, m, device):
-    # Shapes where csr_spmm_x_shared's blocks (one per SM) split the rows by nonzero count (asked for
-    # by a large max_row_nnz): a crow of random values (the blocks' ranges must still partition the
-    # rows), blocks of several tiles of 256 rows, and one row longer than a block's share.
+    # Shapes where the blocks split the rows by nonzero count (asked for by a large max_row_nnz;
+    # csr_spmm_x_shared at m <= 8, one block per SM, csr_spmm_xt_gather above): a crow of random
+    # values (the blocks' ranges must still partition the rows), blocks of several tiles of 256 rows
+    # (xt_gather: 256 / 128 rows at m = 12 / 40), and one row longer than a block's share.
     g = torch.Generator().manual_seed(3 + m)
     if case == "random-crow":
         out, inp, nnz = 3000, 64, 20000

@@ -19,7 +19,7 @@ using namespace nmspmm::kernels;
 static float bf16_round(float f) { uint32_t u; memcpy(&u, &f, 4); u = (u + 0x7fff + ((u >> 16) & 1)) & 0xffff0000u; float r; memcpy(&r, &u, 4); return r; }
 
 template <typename T>
-int run(int m, int n, int k, bool corrupt, unsigned seed) {
+int run(int m, int n, int k, bool corrupt, unsigned seed, bool balanced) {
   std::mt19937 g(seed);
   std::uniform_real_distribution<float> U(-1, 1);
   std::vector<int32_t> crow(n + 1), col;
@@ -58,7 +58,7 @@ int run(int m, int n, int k, bool corrupt, unsigned seed) {
   CsrSpmmParams p{};
   p.x = dx; p.ldx = k; p.crow_indices = dcrow; p.col_indices = dcol; p.values = dv; p.bias = nullptr; p.y = dy;
   p.m = m; p.n = n; p.k = k; p.nnz = nnz; p.dtype = sizeof(T) == 4 ? CsrType::kF32 : CsrType::kBF16;
-  cudaError_t e = launch_csr_spmm_xt_gather(p, dw, 0);
+  cudaError_t e = launch_csr_spmm_xt_gather(p, dw, balanced, 0);
   cudaError_t e2 = cudaDeviceSynchronize();
   std::vector<T> yh((size_t)m * n);
   cudaMemcpy(yh.data(), dy, yh.size() * sizeof(T), cudaMemcpyDeviceToHost);
@@ -66,23 +66,27 @@ int run(int m, int n, int k, bool corrupt, unsigned seed) {
   for (size_t i = 0; i < yh.size(); ++i) { double d = (double)(float)yh[i] - ref[i]; num += d * d; den += ref[i] * ref[i]; }
   double rel = std::sqrt(num / (den > 0 ? den : 1));
   double tol = sizeof(T) == 4 ? 1e-5 : 1e-2;
-  printf("%s m=%d n=%d k=%d nnz=%lld corrupt=%d: launch %s sync %s rel err %.2e %s\n", sizeof(T) == 4 ? "fp32" : "bf16", m, n, k,
-         (long long)nnz, corrupt, cudaGetErrorString(e), cudaGetErrorString(e2), rel, rel <= tol ? "ok" : "FAIL");
+  printf("%s m=%d n=%d k=%d nnz=%lld corrupt=%d balanced=%d: launch %s sync %s rel err %.2e %s\n",
+         sizeof(T) == 4 ? "fp32" : "bf16", m, n, k, (long long)nnz, corrupt, balanced, cudaGetErrorString(e), cudaGetErrorString(e2), rel, rel <= tol ? "ok" : "FAIL");
   cudaFree(dx); cudaFree(dv); cudaFree(dy); cudaFree(dw); cudaFree(dcrow); cudaFree(dcol);
   return rel <= tol && e == cudaSuccess && e2 == cudaSuccess ? 0 : 1;
 }
 
 int main() {
   int bad = 0;
-  bad += run<float>(300, 70, 700, false, 1);
-  bad += run<__nv_bfloat16>(300, 70, 700, false, 2);
-  bad += run<__nv_bfloat16>(129, 33, 129, false, 3);
-  bad += run<float>(150, 40, 300, true, 4);
-  bad += run<__nv_bfloat16>(150, 40, 300, true, 5);
-  for (int m : {1, 3, 16, 17, 40, 64, 65, 200}) {
-    bad += run<__nv_bfloat16>(m, 77, 257, false, 10 + m);
-    bad += run<float>(m, 77, 257, m % 2 == 1, 20 + m);
-    bad += run<__nv_bfloat16>(m, 45, 129, true, 30 + m);
+  for (bool bal : {false, true}) {  // blocks of fixed rows, and blocks balanced by nonzeros
+    bad += run<float>(300, 70, 700, false, 1, bal);
+    bad += run<__nv_bfloat16>(300, 70, 700, false, 2, bal);
+    bad += run<__nv_bfloat16>(129, 33, 129, false, 3, bal);
+    bad += run<float>(150, 40, 300, true, 4, bal);
+    bad += run<__nv_bfloat16>(150, 40, 300, true, 5, bal);
+    bad += run<__nv_bfloat16>(16, 700, 129, false, 6, bal);  // several 256-row tiles per block
+    bad += run<__nv_bfloat16>(16, 700, 129, true, 7, bal);
+    for (int m : {1, 3, 16, 17, 40, 64, 65, 200}) {
+      bad += run<__nv_bfloat16>(m, 77, 257, false, 10 + m, bal);
+      bad += run<float>(m, 77, 257, m % 2 == 1, 20 + m, bal);
+      bad += run<__nv_bfloat16>(m, 45, 129, true, 30 + m, bal);
+    }
   }
   printf("failures: %d\n", bad);
   return bad;

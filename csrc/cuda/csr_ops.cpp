@@ -2,9 +2,10 @@
 // (csrc/csr_checks.h, the CPU reference's messages), views x as [m, in] with unit column stride,
 // allocates y (and, for csr_spmm_xt_gather, the transposed x it reads) and launches on the current
 // stream, for m <= 8, csr_spmm_warp_row (one warp per row and chunk of up to 8 tokens, gathering x
-// from global memory), or csr_spmm_x_shared (x staged per SM, nonzeros balanced over blocks and
-// warps) where the rows are uneven and x fits in shared memory; above, csr_spmm_xt_gather
-// (kernels/csr/). Nothing is synchronized, so the call is CUDA-graph capturable.
+// from global memory) or, where the rows are uneven, csr_spmm_x_shared (x staged per SM, nonzeros
+// balanced over blocks and warps) if x fits in shared memory; otherwise csr_spmm_xt_gather (nonzeros
+// balanced over blocks and groups; kernels/csr/). Nothing is synchronized, so the call is CUDA-graph
+// capturable.
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/all.h>
@@ -47,13 +48,15 @@ at::Tensor csr_spmm_cuda(const at::Tensor& x, const at::Tensor& crow_indices, co
   p.nnz = vals.size(0);
   p.dtype = csr_type(x.scalar_type());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  // Uneven rows (the longest at least 4x the mean, by the caller's max_row_nnz) take the balanced
-  // csr_spmm_x_shared: one warp per row leaves them to the longest row (on an H200, 1.1-6.2x faster
-  // on heavy-tailed rows at m = 1 and 8; on rows of even length csr_spmm_warp_row is 1.0-2.1x faster).
+  // Uneven rows (the longest at least 4x the mean, by the caller's max_row_nnz) take a kernel that
+  // balances nonzeros over blocks: one warp per row leaves them to the longest row. At m <= 8 the
+  // x_shared kernel (on an H200, 1.1-6.2x faster than warp_row on heavy-tailed rows at m = 1 and 8;
+  // on rows of even length warp_row is 1.0-2.1x faster), and xt_gather where x does not fit.
   const bool uneven = max_row_nnz >= 0 && p.nnz > 0 && max_row_nnz * out >= 4 * p.nnz;
-  const bool x_shared = uneven && m <= ab_switches().csr_x_shared_max_m &&
-                        kernels::csr_x_shared_fits(m, k, x.element_size());
-  const bool warp_row = !x_shared && m <= ab_switches().csr_warp_row_max_m;
+  const bool fits = kernels::csr_x_shared_fits(m, k, x.element_size());
+  const bool x_shared = uneven && m <= ab_switches().csr_x_shared_max_m && fits;
+  const bool gather_uneven = uneven && !fits && m <= kernels::kCsrXSharedMaxM;  // x too large to stage
+  const bool warp_row = !x_shared && !gather_uneven && m <= ab_switches().csr_warp_row_max_m;
   const char* kernel = x_shared ? "csr_spmm_x_shared" : warp_row ? "csr_spmm_warp_row" : "csr_spmm_xt_gather";
   cudaError_t err;
   if (x_shared) {
@@ -63,7 +66,7 @@ at::Tensor csr_spmm_cuda(const at::Tensor& x, const at::Tensor& crow_indices, co
   } else {
     const int64_t ldt = kernels::csr_xt_gather_tokens(m, x.element_size());
     const at::Tensor xt = at::empty({k * ldt}, x.options());
-    err = kernels::launch_csr_spmm_xt_gather(p, xt.data_ptr(), stream);
+    err = kernels::launch_csr_spmm_xt_gather(p, xt.data_ptr(), uneven, stream);
   }
   TORCH_CHECK(err == cudaSuccess, "nmspmm.csr_spmm: kernel ", kernel, " failed for m=", m, " n=", out,
               " k=", k, " nnz=", p.nnz, ": ", cudaGetErrorString(err));

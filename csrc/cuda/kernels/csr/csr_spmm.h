@@ -31,9 +31,10 @@ cudaError_t launch_csr_spmm_warp_row(const CsrSpmmParams& p, cudaStream_t stream
 
 // x transposed into `workspace` (csr_xt_gather_tokens(m, element bytes) * k elements of x's dtype),
 // then groups of lanes read each nonzero's tokens of it from global memory, the nonzeros of each
-// block of rows split evenly over its groups (long rows spread, short rows share). The same masking
-// as csr_spmm_warp_row; cudaErrorInvalidValue also for nnz >= 2^31 or a null workspace.
-cudaError_t launch_csr_spmm_xt_gather(const CsrSpmmParams& p, void* workspace, cudaStream_t stream);
+// block's rows split evenly over its groups (long rows spread, short rows share). A block takes 8 or
+// 16 rows, or with `balanced` (for rows of uneven length) an equal share of the nonzeros. The same
+// masking as csr_spmm_warp_row; cudaErrorInvalidValue also for nnz >= 2^31 or a null workspace.
+cudaError_t launch_csr_spmm_xt_gather(const CsrSpmmParams& p, void* workspace, bool balanced, cudaStream_t stream);
 // Tokens of the transposed x, m rounded up to the group's token count (16 to 128; fp32 8 to 64).
 int64_t csr_xt_gather_tokens(int64_t m, size_t elem_bytes);
 

@@ -22,6 +22,7 @@
 #include <cstdint>
 
 #include "cuda/kernels/common/smem_limit.h"
+#include "cuda/kernels/csr/csr_rows.cuh"
 #include "cuda/kernels/csr/csr_spmm.h"
 #include "cuda/kernels/csr/csr_values.cuh"
 
@@ -45,35 +46,6 @@ struct alignas(TT * sizeof(T) >= 16 ? 16 : TT * sizeof(T)) XRow {
 // Entries per lane in flight: more where a lane's tokens take few registers.
 template <int TT>
 inline constexpr int kInFlight = TT <= 4 ? 16 : 12;
-
-// The first r in [0, n] with crow[r] >= target (n where none), by one warp: each round probes 32
-// evenly spaced points of the interval and keeps the part before the first that passes. The first
-// passing probe can only move right as the target grows, so the result never decreases with the
-// target, whatever crow holds.
-__device__ int64_t warp_lower_bound(const int32_t* __restrict__ crow, int64_t n, int64_t target, int lane) {
-  int64_t lo = 0, hi = n;  // the answer lies in [lo, hi]; hi passes (n by convention)
-  while (lo < hi) {
-    const int64_t len = hi - lo;
-    if (len <= 32) {
-      const bool pass = lane >= len || static_cast<int64_t>(crow[lo + lane]) >= target;
-      const unsigned ballot = __ballot_sync(0xffffffffu, pass);
-      return ballot == 0 ? hi : lo + (__ffs(ballot) - 1);
-    }
-    const int64_t step = (len + 31) / 32;
-    const int64_t probe = lo + (lane + 1) * step - 1;
-    const bool pass = probe >= hi || static_cast<int64_t>(crow[probe]) >= target;
-    const unsigned ballot = __ballot_sync(0xffffffffu, pass);
-    if (ballot == 0) {
-      lo = lo + 32 * step;  // past the last probe (< hi)
-    } else {
-      const int j = __ffs(ballot) - 1;
-      const int64_t pj = lo + (j + 1) * step - 1;
-      hi = pj < hi ? pj : hi;
-      lo = lo + j * step;
-    }
-  }
-  return lo;
-}
 
 template <typename T, int TT>
 __device__ __forceinline__ void fma_row(float (&acc)[TT], const XRow<T, TT>& xr, float w) {
@@ -99,12 +71,8 @@ __global__ void __launch_bounds__(kThreads, 1) csr_spmm_x_shared(const CsrSpmmPa
 
   // The block's rows [bounds[0], bounds[1]) by two searches, while the other warps stage x.
   if (warp < 2) {
-    const int64_t b = static_cast<int64_t>(blockIdx.x) + warp;
-    int64_t s = b == 0 ? 0 : p.n;
-    if (b > 0 && b < gridDim.x) {
-      const int64_t per = (p.nnz + gridDim.x - 1) / gridDim.x;
-      s = warp_lower_bound(p.crow_indices, p.n, b * per, lane);
-    }
+    const int64_t s = csr::balanced_row_start(p.crow_indices, p.n, p.nnz, static_cast<int64_t>(blockIdx.x) + warp,
+                                              gridDim.x, lane);
     if (lane == 0) bounds[warp] = s;
   } else {
     // Four inputs per thread and round, all their loads issued before the stores.
