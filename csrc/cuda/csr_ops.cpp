@@ -34,6 +34,7 @@ at::Tensor csr_spmm_cuda(const at::Tensor& x, const at::Tensor& crow_indices, co
   at::Tensor b;
   if (bias.has_value()) b = bias->contiguous();
   at::Tensor y = at::empty({m, out}, x.options());
+  if (m == 0) return y.reshape(spmm_out_shape(x, out));  // no tokens: nothing to launch
   kernels::CsrSpmmParams p{};
   p.x = x2.data_ptr();
   p.ldx = m > 1 ? x2.stride(0) : k;
@@ -55,7 +56,7 @@ at::Tensor csr_spmm_cuda(const at::Tensor& x, const at::Tensor& crow_indices, co
   const bool uneven = max_row_nnz >= 0 && p.nnz > 0 && max_row_nnz * out >= 4 * p.nnz;
   const bool fits = kernels::csr_x_shared_fits(m, k, x.element_size());
   const bool x_shared = uneven && m <= ab_switches().csr_x_shared_max_m && fits;
-  const bool gather_uneven = uneven && !fits && m <= kernels::kCsrXSharedMaxM;  // x too large to stage
+  const bool gather_uneven = uneven && !fits && m >= 1 && m <= kernels::kCsrXSharedMaxM;  // x too large to stage
   const bool warp_row = !x_shared && !gather_uneven && m <= ab_switches().csr_warp_row_max_m;
   const char* kernel = x_shared ? "csr_spmm_x_shared" : warp_row ? "csr_spmm_warp_row" : "csr_spmm_xt_gather";
   cudaError_t err;
