@@ -315,6 +315,16 @@ def test_csr_spmm_row_ranges_over_many_blocks(case, m, device):
     assert (err <= bound).all(), f"{int((err > bound).sum())} outputs off, worst {float((err / bound).max()):.3g} x bound"
 
 
+@pytest.mark.parametrize("hint", [-1, 2**31 - 1])
+def test_csr_spmm_of_no_tokens(hint, device):
+    # m = 0 (2-D and 3-D x): an empty product of the right shape, whichever kernel the hint would pick.
+    w = random_csr(30, 5000, 0.1, torch.bfloat16, device, rows="heavy-tailed")
+    for shape in [(0, 5000), (2, 0, 5000)]:
+        x = torch.randn(shape).to(torch.bfloat16).to(device)
+        y = ops.csr_spmm(x, w.crow_indices, w.col_indices, w.values, 5000, None, hint)
+        assert y.shape == shape[:-1] + (30,)
+
+
 def test_csr_spmm_refuses_bad_arguments(device):
     crow, col, vals = _fields(device)
     x = torch.randn(2, 3, device=device)
