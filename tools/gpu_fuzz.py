@@ -4,6 +4,8 @@
                                                   # sparse tensor-core ones on sm_90) + corruption cases
     python tools/gpu_fuzz.py --cases 300 --small  # for compute-sanitizer (below)
     python tools/gpu_fuzz.py --only csr           # one family (nm, sparse_tc, csr)
+    python tools/gpu_fuzz.py --jobs 8             # the cases split over 8 processes on the GPU
+                                                  # (seeds seed .. seed + 7), their tallies merged
     PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck \\
         python tools/gpu_fuzz.py --cases 300 --small
 
@@ -199,6 +201,56 @@ class Tally:
     @property
     def failed(self):
         return sum(r["fail"] for r in self.rows.values())
+
+    def merge(self, rows):
+        """Adds another process's rows (Tally.rows as JSON) to these."""
+        for cat, o in rows.items():
+            r = self.rows.setdefault(cat, {"run": 0, "pass": 0, "refused": 0, "fail": 0, "worst": 0.0, "notes": []})
+            for key in ("run", "pass", "refused", "fail"):
+                r[key] += o[key]
+            r["worst"] = max(r["worst"], o["worst"])
+            r["notes"] = (r["notes"] + o["notes"])[:8]
+
+
+def run_jobs(a):
+    """--jobs N: N child processes of this script on the same device, each with its share of the
+    cases and its own seed (a.seed + j), their tallies merged; returns the exit status."""
+    import json
+    import subprocess
+    import tempfile
+
+    corrupt = a.corrupt_cases if a.corrupt_cases is not None else max(20, a.cases // 20)
+    t0 = time.time()
+    with tempfile.TemporaryDirectory() as tmp:
+        procs = []
+        for j in range(a.jobs):
+            cases = a.cases // a.jobs + (1 if j < a.cases % a.jobs else 0)
+            cc = corrupt // a.jobs + (1 if j < corrupt % a.jobs else 0)
+            cmd = [sys.executable, os.path.abspath(__file__), "--cases", str(cases), "--corrupt-cases", str(cc),
+                   "--seed", str(a.seed + j), "--only", a.only, "--device", a.device,
+                   "--tally-json", os.path.join(tmp, f"tally{j}.json")] + (["--small"] if a.small else [])
+            procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+        tally, crashed = Tally(), []
+        for j, p in enumerate(procs):
+            _, err = p.communicate()
+            path = os.path.join(tmp, f"tally{j}.json")
+            if p.returncode not in (0, 1) or not os.path.exists(path):
+                crashed.append(f"job {j} (seed {a.seed + j}): exit {p.returncode}: {err[-600:]}")
+                continue
+            with open(path) as f:
+                tally.merge(json.load(f))
+    for c in crashed:
+        tally.add("jobs: harness", "fail", note=c)
+    name = torch.cuda.get_device_name() if a.device == "cuda" else "CPU"
+    head = (f"gpu_fuzz: {name}, torch {torch.__version__}, seeds {a.seed}..{a.seed + a.jobs - 1} over {a.jobs} processes, "
+            f"{a.cases} random cases (+ as many CSR) + {corrupt} x 5 corruption / non-finite cases"
+            f"{' (small shapes)' if a.small else ''}, {time.time() - t0:.0f} s")
+    text = head + "\n" + tally.table() + f"\nfailures: {tally.failed}"
+    print(text)
+    if a.out:
+        with open(a.out, "w") as f:
+            f.write(text + "\n")
+    return 1 if tally.failed else 0
 
 
 def sync_or_die(what):
@@ -677,11 +729,17 @@ def main():
     ap.add_argument("--out", default=None, help="also write the summary table to this file")
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
                     help="cpu: run the harness against the CPU ops (which check index data per call)")
+    ap.add_argument("--jobs", type=int, default=1, help="split the cases over this many processes")
+    ap.add_argument("--tally-json", default=None, help=argparse.SUPPRESS)  # a --jobs child's tally
     a = ap.parse_args()
     global DEVICE
     DEVICE = a.device
     if DEVICE == "cuda" and (not torch.cuda.is_available() or not nmspmm.cuda_kernels_built()):
         sys.exit("gpu_fuzz: needs a CUDA GPU and nmspmm built with its CUDA kernels")
+    if a.jobs < 1:
+        sys.exit(f"gpu_fuzz: --jobs must be at least 1, got {a.jobs}")
+    if a.jobs > 1:
+        sys.exit(run_jobs(a))
     corrupt = a.corrupt_cases if a.corrupt_cases is not None else max(20, a.cases // 20)
     rnd = random.Random(a.seed)
     gen = torch.Generator(device=DEVICE).manual_seed(a.seed)
@@ -735,6 +793,11 @@ def main():
     if a.out:
         with open(a.out, "w") as f:
             f.write(text + "\n")
+    if a.tally_json:
+        import json
+
+        with open(a.tally_json, "w") as f:
+            json.dump(tally.rows, f)
     sys.exit(1 if tally.failed else 0)
 
 
