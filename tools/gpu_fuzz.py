@@ -242,15 +242,20 @@ def run_jobs(a):
     for c in crashed:
         tally.add("jobs: harness", "fail", note=c)
     name = torch.cuda.get_device_name() if a.device == "cuda" else "CPU"
-    head = (f"gpu_fuzz: {name}, torch {torch.__version__}, seeds {a.seed}..{a.seed + a.jobs - 1} over {a.jobs} processes, "
-            f"{a.cases} random cases (+ as many CSR) + {corrupt} x 5 corruption / non-finite cases"
-            f"{' (small shapes)' if a.small else ''}, {time.time() - t0:.0f} s")
+    report(a, tally, f"{name}, torch {torch.__version__}, seeds {a.seed}..{a.seed + a.jobs - 1} over {a.jobs} processes",
+           corrupt, t0)
+    return 1 if tally.failed else 0
+
+
+def report(a, tally, who, corrupt, t0):
+    """Prints the summary table (and writes it to --out)."""
+    head = (f"gpu_fuzz: {who}, {a.cases} random cases (+ as many CSR) + {corrupt} x 5 corruption / non-finite "
+            f"cases{' (small shapes)' if a.small else ''}, {time.time() - t0:.0f} s")
     text = head + "\n" + tally.table() + f"\nfailures: {tally.failed}"
     print(text)
     if a.out:
         with open(a.out, "w") as f:
             f.write(text + "\n")
-    return 1 if tally.failed else 0
 
 
 def sync_or_die(what):
@@ -785,14 +790,7 @@ def main():
                 tally.add(cat, "fail", note=f"case {i}: {type(e).__name__}: {e}\n{traceback.format_exc()[-600:]}")
     sync_or_die("the last case")
     name = torch.cuda.get_device_name() if DEVICE == "cuda" else "CPU"
-    head = (f"gpu_fuzz: {name} (cc {cc}), torch {torch.__version__}, seed {a.seed}, "
-            f"{a.cases} random cases (+ as many CSR) + {corrupt} x 5 corruption / non-finite cases{' (small shapes)' if a.small else ''}, "
-            f"{time.time() - t0:.0f} s")
-    text = head + "\n" + tally.table() + f"\nfailures: {tally.failed}"
-    print(text)
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write(text + "\n")
+    report(a, tally, f"{name} (cc {cc}), torch {torch.__version__}, seed {a.seed}", corrupt, t0)
     if a.tally_json:
         import json
 
