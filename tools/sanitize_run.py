@@ -80,24 +80,26 @@ for (m, n, k, N, M, L) in cases + [MULTI_ROUND]:
 if only is None or "csr" in kernels:
     for (m, n, k, density) in [(1, 37, 300, 0.1), (8, 64, 1000, 0.02), (9, 130, 96, 0.5), (70, 33, 2000, 1.0),
                                  (150, 40, 700, 0.1), (300, 70, 300, 0.3), (8, 3000, 1000, 0.05),
-                                 (4, 5000, 200, 0.01)]:
+                                 (4, 5000, 200, 0.01), (8, 40, 14000, 0.01)]:
         for dt in (torch.float32, torch.float16, torch.bfloat16):
             mask = torch.rand(n, k, device="cuda") < density
             mask[::7] = False  # empty rows
-            mask[3] = True  # one dense row: uneven rows, csr_spmm_x_shared for m <= 8
+            # One dense row: uneven rows, csr_spmm_x_shared for m <= 8 where x fits (not at 14000 x 8 in
+            # 16 bits), csr_spmm_xt_gather with blocks balanced by nonzeros otherwise.
+            mask[3] = True
             w = nmspmm.CSRWeight.from_dense(torch.randn(n, k, device="cuda").to(dt), mask=mask)
             x = torch.randn(m, k, device="cuda").to(dt)
             y = nmspmm.spmm(x, w)
             ref = x.double() @ w.to_dense().double().t()
             err = ((y.double() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
             assert err < (1e-5 if dt == torch.float32 else 1e-2), (m, n, k, density, dt, err)
-    # Row pointers of random values (csr_spmm_x_shared's blocks split the rows by a search of them):
+    # Row pointers of random values (the balanced kernels' blocks split the rows by a search of them):
     # the masked product reads nothing outside the inputs.
     g = torch.Generator().manual_seed(1)
     crow = torch.randint(-50, 20050, (3001,), generator=g).int().cuda()
     col = torch.randint(-5, 70, (20000,), generator=g).int().cuda()
     for m in (1, 7, 16):
-        for hint in (-1, 2**31 - 1):  # max_row_nnz: unknown, or large (csr_spmm_x_shared for m <= 8)
+        for hint in (-1, 2**31 - 1):  # max_row_nnz: unknown, or large (the balanced kernels)
             ops.csr_spmm(torch.randn(m, 64, device="cuda"), crow, col, torch.randn(20000, device="cuda"), 64, None,
                          hint)
 torch.cuda.synchronize()
