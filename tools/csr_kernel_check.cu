@@ -1,5 +1,5 @@
 // Torch-free check of csr_spmm_xt_gather, made to run under compute-sanitizer: random CSR weights with
-// empty, dense, unsorted and repeated-column rows, some with corrupted row pointers and columns,
+// empty, dense, unsorted and repeated-column rows, some with corrupted (or random) row pointers and columns,
 // fp32 / bf16, m = 1..300, against a CPU fp64 product under the op's masking rules (a row's range
 // clamped to [0, nnz], columns outside [0, k) skipped). Exit status: the number of failed cases.
 //   nvcc -std=c++20 -O3 -arch=sm_90a -I csrc -o /tmp/csr_kernel_check tools/csr_kernel_check.cu \
@@ -19,7 +19,7 @@ using namespace nmspmm::kernels;
 static float bf16_round(float f) { uint32_t u; memcpy(&u, &f, 4); u = (u + 0x7fff + ((u >> 16) & 1)) & 0xffff0000u; float r; memcpy(&r, &u, 4); return r; }
 
 template <typename T>
-int run(int m, int n, int k, bool corrupt, unsigned seed, bool balanced) {
+int run(int m, int n, int k, int corrupt, unsigned seed, bool balanced) {
   std::mt19937 g(seed);
   std::uniform_real_distribution<float> U(-1, 1);
   std::vector<int32_t> crow(n + 1), col;
@@ -34,6 +34,7 @@ int run(int m, int n, int k, bool corrupt, unsigned seed, bool balanced) {
   crow[n] = col.size();
   int64_t nnz = col.size();
   if (corrupt) { for (int i = 0; i < nnz; i += 11) col[i] = (int32_t)g(); crow[n / 2] = -50; crow[n / 3] = nnz + 99; }
+  if (corrupt == 2) for (auto& c : crow) c = (int32_t)(g() % (nnz + 100)) - 50;  // row pointers in any order
   std::vector<float> x((size_t)m * k);
   for (auto& v : x) v = U(g);
   if (sizeof(T) == 2) { for (auto& v : x) v = bf16_round(v); for (auto& v : val) v = bf16_round(v); }
@@ -47,9 +48,9 @@ int run(int m, int n, int k, bool corrupt, unsigned seed, bool balanced) {
   auto conv = [](const std::vector<float>& v) { std::vector<T> o(v.size()); for (size_t i = 0; i < v.size(); ++i) o[i] = T(v[i]); return o; };
   std::vector<T> xh = conv(x), vh = conv(val);
   T *dx, *dv, *dy, *dw; int32_t *dcrow, *dcol;
-  int64_t ldt = csr_xt_gather_tokens(m, sizeof(T));
+  const CsrType type = sizeof(T) == 4 ? CsrType::kF32 : CsrType::kBF16;
   cudaMalloc(&dx, xh.size() * sizeof(T)); cudaMalloc(&dv, std::max<size_t>(1, vh.size()) * sizeof(T));
-  cudaMalloc(&dy, (size_t)m * n * sizeof(T)); cudaMalloc(&dw, (size_t)k * ldt * sizeof(T));
+  cudaMalloc(&dy, (size_t)m * n * sizeof(T)); cudaMalloc(&dw, csr_xt_gather_workspace_bytes(m, n, k, type, balanced));
   cudaMalloc(&dcrow, crow.size() * 4); cudaMalloc(&dcol, std::max<size_t>(1, col.size()) * 4);
   cudaMemcpy(dx, xh.data(), xh.size() * sizeof(T), cudaMemcpyHostToDevice);
   cudaMemcpy(dv, vh.data(), vh.size() * sizeof(T), cudaMemcpyHostToDevice);
@@ -57,7 +58,7 @@ int run(int m, int n, int k, bool corrupt, unsigned seed, bool balanced) {
   cudaMemcpy(dcol, col.data(), col.size() * 4, cudaMemcpyHostToDevice);
   CsrSpmmParams p{};
   p.x = dx; p.ldx = k; p.crow_indices = dcrow; p.col_indices = dcol; p.values = dv; p.bias = nullptr; p.y = dy;
-  p.m = m; p.n = n; p.k = k; p.nnz = nnz; p.dtype = sizeof(T) == 4 ? CsrType::kF32 : CsrType::kBF16;
+  p.m = m; p.n = n; p.k = k; p.nnz = nnz; p.dtype = type;
   cudaError_t e = launch_csr_spmm_xt_gather(p, dw, balanced, 0);
   cudaError_t e2 = cudaDeviceSynchronize();
   std::vector<T> yh((size_t)m * n);
@@ -82,6 +83,9 @@ int main() {
     bad += run<__nv_bfloat16>(150, 40, 300, true, 5, bal);
     bad += run<__nv_bfloat16>(16, 700, 129, false, 6, bal);  // several 256-row tiles per block
     bad += run<__nv_bfloat16>(16, 700, 129, true, 7, bal);
+    bad += run<__nv_bfloat16>(40, 2000, 4096, 0, 8, bal);  // dense rows cut across blocks' shares
+    bad += run<float>(12, 3000, 64, 2, 9, bal);            // random row pointers
+    bad += run<__nv_bfloat16>(300, 900, 129, 2, 10, bal);
     for (int m : {1, 3, 16, 17, 40, 64, 65, 200}) {
       bad += run<__nv_bfloat16>(m, 77, 257, false, 10 + m, bal);
       bad += run<float>(m, 77, 257, m % 2 == 1, 20 + m, bal);

@@ -1,6 +1,6 @@
 // CUDA binding of nmspmm::csr_spmm (unstructured CSR weights): checks the arguments
 // (csrc/csr_checks.h, the CPU reference's messages), views x as [m, in] with unit column stride,
-// allocates y (and, for csr_spmm_xt_gather, the transposed x it reads) and launches on the current
+// allocates y (and, for csr_spmm_xt_gather, its workspace: the transposed x it reads) and launches on the current
 // stream, for m <= 8, csr_spmm_warp_row (one warp per row and chunk of up to 8 tokens, gathering x
 // from global memory) or, where the rows are uneven, csr_spmm_x_shared (x staged per SM, nonzeros
 // balanced over blocks and warps) if x fits in shared memory; otherwise csr_spmm_xt_gather (nonzeros
@@ -65,9 +65,9 @@ at::Tensor csr_spmm_cuda(const at::Tensor& x, const at::Tensor& crow_indices, co
   } else if (warp_row) {
     err = kernels::launch_csr_spmm_warp_row(p, stream);
   } else {
-    const int64_t ldt = kernels::csr_xt_gather_tokens(m, x.element_size());
-    const at::Tensor xt = at::empty({k * ldt}, x.options());
-    err = kernels::launch_csr_spmm_xt_gather(p, xt.data_ptr(), uneven, stream);
+    const at::Tensor ws =
+        at::empty({kernels::csr_xt_gather_workspace_bytes(m, out, k, p.dtype, uneven)}, x.options().dtype(at::kByte));
+    err = kernels::launch_csr_spmm_xt_gather(p, ws.data_ptr(), uneven, stream);
   }
   TORCH_CHECK(err == cudaSuccess, "nmspmm.csr_spmm: kernel ", kernel, " failed for m=", m, " n=", out,
               " k=", k, " nnz=", p.nnz, ": ", cudaGetErrorString(err));

@@ -29,14 +29,18 @@ struct CsrSpmmParams {
 // take (n or k beyond 2^31 - 1).
 cudaError_t launch_csr_spmm_warp_row(const CsrSpmmParams& p, cudaStream_t stream);
 
-// x transposed into `workspace` (csr_xt_gather_tokens(m, element bytes) * k elements of x's dtype),
-// then groups of lanes read each nonzero's tokens of it from global memory, the nonzeros of each
-// block's rows split evenly over its groups (long rows spread, short rows share). A block takes 8 or
-// 16 rows, or with `balanced` (for rows of uneven length) an equal share of the nonzeros. The same
+// x transposed into `workspace` (csr_xt_gather_workspace_bytes), then groups of lanes read each
+// nonzero's tokens of it from global memory, the nonzeros of each block's rows split evenly over its
+// groups (long rows spread, short rows share). A block takes 8 or 16 rows, or with `balanced` (for
+// rows of uneven length) an equal share of the nonzeros, rows cut at the shares' ends up to 512
+// tokens (their partial sums in the workspace, added by a second kernel in block order). The same
 // masking as csr_spmm_warp_row; cudaErrorInvalidValue also for nnz >= 2^31 or a null workspace.
 cudaError_t launch_csr_spmm_xt_gather(const CsrSpmmParams& p, void* workspace, bool balanced, cudaStream_t stream);
 // Tokens of the transposed x, m rounded up to the group's token count (16 to 128; fp32 8 to 64).
 int64_t csr_xt_gather_tokens(int64_t m, size_t elem_bytes);
+// Bytes of launch_csr_spmm_xt_gather's workspace: the transposed x, and with `balanced` the partial
+// sums of the rows cut across blocks.
+int64_t csr_xt_gather_workspace_bytes(int64_t m, int64_t n, int64_t k, CsrType dtype, bool balanced);
 
 // For m <= kCsrXSharedMaxM where all of x fits in one block's shared memory (csr_x_shared_fits):
 // one block per SM stages x as [k][m rounded up to 1, 2, 4 or 8], takes a range of rows of about

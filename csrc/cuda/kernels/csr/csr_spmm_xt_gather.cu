@@ -5,13 +5,20 @@
 // shared-memory staging of x, so a nonzero costs its bytes of xt and nothing per slab or per row.
 //
 // Load balance (TCA-SpMM's nonzero split): across blocks, block b takes the rows whose first entry
-// lies in its share of the nonzeros (csr_rows.cuh: a monotone search of crow_indices), so blocks of
-// short rows take many and a long row fills a block alone; within a block, each tile's nonzeros,
-// its rows' ranges laid end to end, are cut into NG equal parts, one per group, whatever the rows'
-// lengths. A group writes each row it starts into the tile's output and keeps the partial sum of a
-// row it entered midway as its carry; after a barrier, each output adds the carries of its row in
-// group order, so the sums are deterministic. A long row spreads over the block's groups; short
-// rows share a group.
+// lies in its share [e0, e1) of the nonzeros (csr_rows.cuh: a monotone search of crow_indices), so
+// blocks of short rows take many; within a block, each tile's nonzeros, its rows' ranges laid end to
+// end, are cut into NG equal parts, one per group, whatever the rows' lengths. A group writes each
+// row it starts into the tile's output and keeps the partial sum of a row it entered midway as its
+// carry; after a barrier, each output adds the carries of its row in group order, so the sums are
+// deterministic. A long row spreads over the block's groups; short rows share a group.
+//
+// Rows split across blocks (split mode, m up to kSplitMaxTokens): a row that runs past its block's
+// share is cut there. Its owner (the block its first entry falls in) takes the entries up to e1 as
+// its tail; each following block whose share the row reaches takes its part as its head (the row
+// before its first own row); both partial sums go to a workspace, and xt_gather_split_rows adds
+// them in block order, then whatever of the row lies past the last such block (nothing for a valid
+// crow_indices), so every row's sum is exact and deterministic whatever crow_indices holds. A dense
+// row then costs each block its share, not a whole block's time.
 //
 // Any index content stays in bounds and gives the masked product: the block ranges partition the
 // rows whatever crow_indices holds, a row's range is clamped to [0, nnz] (an end before its start
@@ -51,11 +58,29 @@ int group_lanes(int64_t m) {
 template <int G, bool BAL>
 inline constexpr int kTileRows = BAL ? 512 / G : 32;
 
+// The partial sums of rows split across blocks (split mode): per block, its head and tail rows' sums
+// [blocks][ldt] and the rows (-1 for none).
+struct SplitRows {
+  float* head;
+  float* tail;
+  int32_t* head_row;
+  int32_t* tail_row;
+};
+
+// Row r's entry range clamped to [0, nnz] (an end before its start is an empty row).
+__device__ __forceinline__ void clamped_range(const CsrSpmmParams& p, int64_t r, int64_t& rb, int64_t& e) {
+  rb = p.crow_indices[r];
+  e = p.crow_indices[r + 1];
+  rb = rb < 0 ? 0 : rb > p.nnz ? p.nnz : rb;
+  e = e < rb ? rb : e > p.nnz ? p.nnz : e;
+}
+
 // BAL: the block's rows are its share of the nonzeros (csr::balanced_row_start) instead of
-// rows_per_block consecutive rows.
+// rows_per_block consecutive rows; with split.head, rows are also cut at the shares' ends.
 template <typename T, int G, bool BAL>
 __global__ void __launch_bounds__(kThreads, 4) csr_spmm_xt_gather(const CsrSpmmParams p, const T* __restrict__ xt,
-                                                                   int64_t ldt, int rows_per_block) {
+                                                                   int64_t ldt, int rows_per_block,
+                                                                   const SplitRows split) {
   constexpr int TPL = csr::kTokensPerLane<T>, TT = G * TPL, NG = kThreads / G, TR = kTileRows<G, BAL>;
   static_assert(TR <= kThreads, "one row per thread for the tile's prefix sum");
   __shared__ int64_t pre[TR + 1];  // pre[r]: the tile's nonzeros before row r (rows end to end)
@@ -64,6 +89,10 @@ __global__ void __launch_bounds__(kThreads, 4) csr_spmm_xt_gather(const CsrSpmmP
   __shared__ float carry[NG][TT];    // each group's partial sum of the row it entered midway
   __shared__ int64_t warp_total[TR > 32 ? kThreads / 32 : 1];
   __shared__ int64_t bounds[2];
+  // Split mode: the block's share of the entries [e0, e1), and its rows cut at e0 (the head, owned
+  // by an earlier block) and at e1 (the tail, owned), -1 for none. In shared memory: read only per
+  // tile, outside the walk, where registers are short.
+  __shared__ int64_t cut[4];  // e0, e1, head row, tail row
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, grp = tid / G, gl = tid % G;
   int64_t row_begin, row_end;  // the block's rows
   if constexpr (BAL) {  // two warps searching in parallel
@@ -73,8 +102,31 @@ __global__ void __launch_bounds__(kThreads, 4) csr_spmm_xt_gather(const CsrSpmmP
       if (lane == 0) bounds[warp] = s;
     }
     __syncthreads();
+    if (tid == 0) {
+      cut[0] = 0, cut[1] = p.nnz, cut[2] = -1, cut[3] = -1;
+      if (split.head != nullptr) {
+        const int64_t per = (p.nnz + gridDim.x - 1) / gridDim.x, b = blockIdx.x;
+        const int64_t e0 = b * per < p.nnz ? b * per : p.nnz, e1 = e0 + per < p.nnz ? e0 + per : p.nnz;
+        int64_t head_row = -1, tail_row = -1, rb, e;
+        if (bounds[0] > 0) {  // the row before the first own row reaches into the share
+          clamped_range(p, bounds[0] - 1, rb, e);
+          if (e > e0) head_row = bounds[0] - 1;
+        }
+        if (bounds[1] > bounds[0]) {  // the last own row runs past the share
+          clamped_range(p, bounds[1] - 1, rb, e);
+          if (e > e1) tail_row = bounds[1] - 1;
+        }
+        if (head_row >= 0) bounds[0] = head_row;
+        cut[0] = e0, cut[1] = e1, cut[2] = head_row, cut[3] = tail_row;
+        if (blockIdx.y == 0)
+          split.head_row[b] = static_cast<int32_t>(head_row), split.tail_row[b] = static_cast<int32_t>(tail_row);
+      }
+    }
+    __syncthreads();
     row_begin = bounds[0], row_end = bounds[1];
   } else {
+    if (tid == 0) cut[0] = 0, cut[1] = p.nnz, cut[2] = -1, cut[3] = -1;
+    __syncthreads();
     row_begin = static_cast<int64_t>(blockIdx.x) * rows_per_block;
     row_end = row_begin + rows_per_block < p.n ? row_begin + rows_per_block : p.n;
   }
@@ -84,11 +136,11 @@ __global__ void __launch_bounds__(kThreads, 4) csr_spmm_xt_gather(const CsrSpmmP
     if (TR > 32 || tid < 32) {
       int64_t rb = 0, len = 0;
       if (tid < R) {
-        int64_t e = p.crow_indices[row0 + tid + 1];
-        rb = p.crow_indices[row0 + tid];
-        rb = rb < 0 ? 0 : rb > p.nnz ? p.nnz : rb;
-        e = e < rb ? rb : e > p.nnz ? p.nnz : e;
-        len = e - rb;
+        int64_t e;
+        clamped_range(p, row0 + tid, rb, e);
+        if (row0 + tid == cut[2]) rb = rb > cut[0] ? rb : cut[0];  // the head's part in [e0, e1)
+        if (row0 + tid == cut[2] || row0 + tid == cut[3]) e = e < cut[1] ? e : cut[1];
+        len = e > rb ? e - rb : 0;
       }
       int64_t incl = len;
 #pragma unroll
@@ -181,6 +233,7 @@ __global__ void __launch_bounds__(kThreads, 4) csr_spmm_xt_gather(const CsrSpmmP
       __syncthreads();
       // y[t][row0 + rr] for the tile: the row's own sum (0 for an empty row), then the carries of the
       // groups that started inside it (those whose first nonzero g * part lies in (pre[rr], pre[rr + 1])).
+      // A head or tail row's partial sum goes to the workspace instead.
       for (int s = tid; s < TT * R; s += kThreads) {
         const int tl = s / R, rr = s % R;
         const int64_t t = t0 + tl, row = row0 + rr;
@@ -191,6 +244,10 @@ __global__ void __launch_bounds__(kThreads, 4) csr_spmm_xt_gather(const CsrSpmmP
           acc = out[rr][tl];
           for (int64_t g = lo / part + 1; g <= (hi - 1) / part; ++g) acc += carry[g][tl];
         }
+        if (row == cut[2] || row == cut[3]) {
+          (row == cut[2] ? split.head : split.tail)[static_cast<int64_t>(blockIdx.x) * ldt + t] = acc;
+          continue;
+        }
         if (bias != nullptr) acc += bits_f32<T>(raw_bits(bias[row]));
         y[t * p.n + row] = from_f32<T>(acc);
       }
@@ -199,20 +256,72 @@ __global__ void __launch_bounds__(kThreads, 4) csr_spmm_xt_gather(const CsrSpmmP
   }
 }
 
+// y[t][r] for each row r cut at the end of its owner's share: the owner's tail, the heads of the
+// following blocks that hold r, in block order, then the entries of r past the last of them (none
+// where crow_indices is non-decreasing), plus the bias. One block per owner, threads over tokens.
+template <typename T>
+__global__ void __launch_bounds__(128) xt_gather_split_rows(const CsrSpmmParams p, const T* __restrict__ xt,
+                                                            int64_t ldt, const SplitRows split) {
+  const int64_t b = blockIdx.x, blocks = gridDim.x;
+  const int64_t r = split.tail_row[b];
+  if (r < 0) return;
+  int64_t last = b + 1;  // one past the last block holding part of r
+  while (last < blocks && split.head_row[last] == r) ++last;
+  const int64_t per = (p.nnz + blocks - 1) / blocks;
+  int64_t rb, e;
+  clamped_range(p, r, rb, e);
+  const int64_t covered = last * per < p.nnz ? last * per : p.nnz;  // the end of the last block's share
+  const T* __restrict__ vals = static_cast<const T*>(p.values);
+  const T* __restrict__ bias = static_cast<const T*>(p.bias);
+  for (int64_t t = threadIdx.x; t < p.m; t += blockDim.x) {
+    float acc = split.tail[b * ldt + t];
+    for (int64_t j = b + 1; j < last; ++j) acc += split.head[j * ldt + t];
+    for (int64_t q = rb > covered ? rb : covered; q < e; ++q) {
+      const uint32_t c = static_cast<uint32_t>(p.col_indices[q]);
+      if (c < static_cast<uint32_t>(p.k)) acc += bits_f32<T>(raw_bits(vals[q])) * bits_f32<T>(raw_bits(xt[c * ldt + t]));
+    }
+    if (bias != nullptr) acc += bits_f32<T>(raw_bits(bias[r]));
+    static_cast<T*>(p.y)[t * p.n + r] = from_f32<T>(acc);
+  }
+}
+
+// Rows per block: tiles of 16; of 8 where that leaves fewer than 1024 blocks (small m, few rows).
+int64_t block_rows(int64_t n, int64_t tiles) { return (n + 15) / 16 * tiles >= 1024 ? 16 : 8; }
+int64_t grid_blocks(int64_t n, int64_t tiles) { return (n + block_rows(n, tiles) - 1) / block_rows(n, tiles); }
+
+template <int G, typename T>
+int64_t token_tiles(int64_t ldt) { return ldt / (G * csr::kTokensPerLane<T>); }
+
+template <typename T>
+int64_t token_tiles_of(int64_t m, int64_t ldt) {
+  switch (group_lanes<T>(m)) {
+    case 2: return token_tiles<2, T>(ldt);
+    case 4: return token_tiles<4, T>(ldt);
+    case 8: return token_tiles<8, T>(ldt);
+    default: return token_tiles<16, T>(ldt);
+  }
+}
+
 template <typename T, int G>
-cudaError_t launch_groups(const CsrSpmmParams& p, const T* xt, int64_t ldt, bool balanced, cudaStream_t stream) {
-  const int64_t tiles = ldt / (G * csr::kTokensPerLane<T>);
-  // As many blocks as tiles of 16 rows; of 8 where that leaves fewer than 1024 blocks (small m, few
-  // rows). Balanced: each takes an equal share of the nonzeros instead of its 8 or 16 rows.
-  const int rows = (p.n + 15) / 16 * tiles >= 1024 ? 16 : 8;
-  const dim3 grid(static_cast<unsigned>((p.n + rows - 1) / rows),
+cudaError_t launch_groups(const CsrSpmmParams& p, const T* xt, int64_t ldt, bool balanced, const SplitRows& split,
+                          cudaStream_t stream) {
+  const int64_t tiles = token_tiles<G, T>(ldt), rows = block_rows(p.n, tiles);
+  // Balanced: each block takes an equal share of the nonzeros instead of its 8 or 16 rows.
+  const dim3 grid(static_cast<unsigned>(grid_blocks(p.n, tiles)),
                   static_cast<unsigned>(tiles < kMaxGridY ? tiles : kMaxGridY));
   if (balanced)
-    csr_spmm_xt_gather<T, G, true><<<grid, kThreads, 0, stream>>>(p, xt, ldt, rows);
+    csr_spmm_xt_gather<T, G, true><<<grid, kThreads, 0, stream>>>(p, xt, ldt, static_cast<int>(rows), split);
   else
-    csr_spmm_xt_gather<T, G, false><<<grid, kThreads, 0, stream>>>(p, xt, ldt, rows);
+    csr_spmm_xt_gather<T, G, false><<<grid, kThreads, 0, stream>>>(p, xt, ldt, static_cast<int>(rows), split);
+  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess || split.head == nullptr) return e;
+  xt_gather_split_rows<T><<<grid.x, 128, 0, stream>>>(p, xt, ldt, split);
   return cudaGetLastError();
 }
+
+constexpr int64_t align16(int64_t bytes) { return (bytes + 15) / 16 * 16; }
+
+// Split mode where the partial sums stay small: rows are cut across blocks up to this many tokens.
+constexpr int64_t kSplitMaxTokens = 512;
 
 template <typename T>
 cudaError_t launch_typed(const CsrSpmmParams& p, void* workspace, bool balanced, cudaStream_t stream) {
@@ -220,12 +329,30 @@ cudaError_t launch_typed(const CsrSpmmParams& p, void* workspace, bool balanced,
   if (cudaError_t e = csr::launch_transpose_x<T>(p.x, p.ldx, p.m, p.k, workspace, ldt, stream); e != cudaSuccess)
     return e;
   const T* xt = static_cast<const T*>(workspace);
-  switch (group_lanes<T>(p.m)) {
-    case 2: return launch_groups<T, 2>(p, xt, ldt, balanced, stream);
-    case 4: return launch_groups<T, 4>(p, xt, ldt, balanced, stream);
-    case 8: return launch_groups<T, 8>(p, xt, ldt, balanced, stream);
-    default: return launch_groups<T, 16>(p, xt, ldt, balanced, stream);
+  SplitRows split{};
+  if (balanced && ldt <= kSplitMaxTokens) {  // after xt: head [B][ldt], tail [B][ldt], head_row [B], tail_row [B]
+    const int64_t blocks = grid_blocks(p.n, token_tiles_of<T>(p.m, ldt));
+    char* w = static_cast<char*>(workspace) + align16(p.k * ldt * static_cast<int64_t>(sizeof(T)));
+    split.head = reinterpret_cast<float*>(w);
+    split.tail = split.head + blocks * ldt;
+    split.head_row = reinterpret_cast<int32_t*>(split.tail + blocks * ldt);
+    split.tail_row = split.head_row + blocks;
   }
+  switch (group_lanes<T>(p.m)) {
+    case 2: return launch_groups<T, 2>(p, xt, ldt, balanced, split, stream);
+    case 4: return launch_groups<T, 4>(p, xt, ldt, balanced, split, stream);
+    case 8: return launch_groups<T, 8>(p, xt, ldt, balanced, split, stream);
+    default: return launch_groups<T, 16>(p, xt, ldt, balanced, split, stream);
+  }
+}
+
+template <typename T>
+int64_t workspace_bytes(int64_t m, int64_t n, int64_t k, bool balanced) {
+  const int64_t ldt = csr_xt_gather_tokens(m, sizeof(T));
+  int64_t bytes = align16(k * ldt * static_cast<int64_t>(sizeof(T)));
+  if (balanced && ldt <= kSplitMaxTokens && m > 0 && n > 0)
+    bytes += grid_blocks(n, token_tiles_of<T>(m, ldt)) * (2 * ldt * 4 + 2 * 4);
+  return bytes > 0 ? bytes : 16;
 }
 
 }  // namespace
@@ -234,6 +361,14 @@ int64_t csr_xt_gather_tokens(int64_t m, size_t elem_bytes) {
   const int64_t tpl = 16 / static_cast<int64_t>(elem_bytes);
   const int64_t tt = tpl * (m <= 2 * tpl ? 2 : m <= 4 * tpl ? 4 : m <= 8 * tpl ? 8 : 16);
   return (m + tt - 1) / tt * tt;
+}
+
+int64_t csr_xt_gather_workspace_bytes(int64_t m, int64_t n, int64_t k, CsrType dtype, bool balanced) {
+  switch (dtype) {
+    case CsrType::kF32: return workspace_bytes<float>(m, n, k, balanced);
+    case CsrType::kF16: return workspace_bytes<__half>(m, n, k, balanced);
+    default: return workspace_bytes<__nv_bfloat16>(m, n, k, balanced);
+  }
 }
 
 cudaError_t launch_csr_spmm_xt_gather(const CsrSpmmParams& p, void* workspace, bool balanced, cudaStream_t stream) {
