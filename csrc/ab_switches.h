@@ -7,8 +7,8 @@
 //   NMSPMM_NO_OVERLAP=1        no programmatic dependent launch for the split-K reduction and the
 //                              sm_90 decode kernels (plain stream order);
 //   NMSPMM_NO_XT_OVERLAP=1     the tiled, packing, warp-packed and warp-specialized kernels (fp32, and
-//                              the fp16 / bf16 tensor-core prefill in its warp-specialized form) in
-//                              plain stream order after the x transpose;
+//                              the fp16 / bf16 tensor-core prefill in its warp-specialized form) and
+//                              csr_spmm_xt_gather in plain stream order after the x transpose;
 //   NMSPMM_NO_BULK_STORE=1     the tiled kernels' output tiles by per-thread stores instead of bulk
 //                              copies from shared memory;
 //   NMSPMM_NO_TC_TMA=1         the fp16 / bf16 tensor-core prefill plans in their cp.async form (every

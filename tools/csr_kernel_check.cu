@@ -59,7 +59,7 @@ int run(int m, int n, int k, int corrupt, unsigned seed, bool balanced) {
   CsrSpmmParams p{};
   p.x = dx; p.ldx = k; p.crow_indices = dcrow; p.col_indices = dcol; p.values = dv; p.bias = nullptr; p.y = dy;
   p.m = m; p.n = n; p.k = k; p.nnz = nnz; p.dtype = type;
-  cudaError_t e = launch_csr_spmm_xt_gather(p, dw, balanced, 0);
+  cudaError_t e = launch_csr_spmm_xt_gather(p, dw, balanced, /*overlap=*/true, 0);
   cudaError_t e2 = cudaDeviceSynchronize();
   std::vector<T> yh((size_t)m * n);
   cudaMemcpy(yh.data(), dy, yh.size() * sizeof(T), cudaMemcpyDeviceToHost);

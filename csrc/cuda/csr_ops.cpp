@@ -7,6 +7,7 @@
 // balanced over blocks and groups; kernels/csr/). Nothing is synchronized, so the call is CUDA-graph
 // capturable.
 #include <c10/cuda/CUDAGuard.h>
+#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/all.h>
 
@@ -67,7 +68,10 @@ at::Tensor csr_spmm_cuda(const at::Tensor& x, const at::Tensor& crow_indices, co
   } else {
     const at::Tensor ws =
         at::empty({kernels::csr_xt_gather_workspace_bytes(m, out, k, p.dtype, uneven)}, x.options().dtype(at::kByte));
-    err = kernels::launch_csr_spmm_xt_gather(p, ws.data_ptr(), uneven, stream);
+    // The kernels after the transpose of x start while it runs (sm_90): they read the weight's
+    // row pointers, which no kernel of this call writes, before they wait for it.
+    const bool overlap = at::cuda::getCurrentDeviceProperties()->major >= 9 && ab_switches().xt_overlap;
+    err = kernels::launch_csr_spmm_xt_gather(p, ws.data_ptr(), uneven, overlap, stream);
   }
   TORCH_CHECK(err == cudaSuccess, "nmspmm.csr_spmm: kernel ", kernel, " failed for m=", m, " n=", out,
               " k=", k, " nnz=", p.nnz, ": ", cudaGetErrorString(err));

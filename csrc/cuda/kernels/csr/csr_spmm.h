@@ -35,7 +35,11 @@ cudaError_t launch_csr_spmm_warp_row(const CsrSpmmParams& p, cudaStream_t stream
 // rows of uneven length) an equal share of the nonzeros, rows cut at the shares' ends up to 512
 // tokens (their partial sums in the workspace, added by a second kernel in block order). The same
 // masking as csr_spmm_warp_row; cudaErrorInvalidValue also for nnz >= 2^31 or a null workspace.
-cudaError_t launch_csr_spmm_xt_gather(const CsrSpmmParams& p, void* workspace, bool balanced, cudaStream_t stream);
+// `overlap` (sm_90): the kernels after the transpose start while the one before them runs
+// (programmatic dependent launch), reading the weight's row pointers meanwhile; nothing after the
+// call starts early.
+cudaError_t launch_csr_spmm_xt_gather(const CsrSpmmParams& p, void* workspace, bool balanced, bool overlap,
+                                      cudaStream_t stream);
 // Tokens of the transposed x, m rounded up to the group's token count (16 to 128; fp32 8 to 64).
 int64_t csr_xt_gather_tokens(int64_t m, size_t elem_bytes);
 // Bytes of launch_csr_spmm_xt_gather's workspace: the transposed x, and with `balanced` the partial

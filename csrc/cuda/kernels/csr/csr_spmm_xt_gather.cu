@@ -27,6 +27,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "cuda/kernels/common/launch_overlap.cuh"
 #include "cuda/kernels/csr/csr_rows.cuh"
 #include "cuda/kernels/csr/csr_spmm.h"
 #include "cuda/kernels/csr/csr_values.cuh"
@@ -107,15 +108,14 @@ __global__ void __launch_bounds__(kThreads, 4) csr_spmm_xt_gather(const CsrSpmmP
       if (split.head != nullptr) {
         const int64_t per = (p.nnz + gridDim.x - 1) / gridDim.x, b = blockIdx.x;
         const int64_t e0 = b * per < p.nnz ? b * per : p.nnz, e1 = e0 + per < p.nnz ? e0 + per : p.nnz;
-        int64_t head_row = -1, tail_row = -1, rb, e;
-        if (bounds[0] > 0) {  // the row before the first own row reaches into the share
-          clamped_range(p, bounds[0] - 1, rb, e);
-          if (e > e0) head_row = bounds[0] - 1;
-        }
-        if (bounds[1] > bounds[0]) {  // the last own row runs past the share
-          clamped_range(p, bounds[1] - 1, rb, e);
-          if (e > e1) tail_row = bounds[1] - 1;
-        }
+        // The row before the first own row (the head, if it reaches into the share) and the last
+        // own row (the tail, if it runs past it): both ranges loaded at once (n >= 1).
+        const int64_t r0 = bounds[0], r1 = bounds[1];
+        int64_t hb, he, tb, te, head_row = -1, tail_row = -1;
+        clamped_range(p, r0 > 0 ? r0 - 1 : 0, hb, he);
+        clamped_range(p, r1 > r0 ? r1 - 1 : 0, tb, te);
+        if (r0 > 0 && he > e0) head_row = r0 - 1;
+        if (r1 > r0 && te > e1) tail_row = r1 - 1;
         if (head_row >= 0) bounds[0] = head_row;
         cut[0] = e0, cut[1] = e1, cut[2] = head_row, cut[3] = tail_row;
         if (blockIdx.y == 0)
@@ -130,6 +130,8 @@ __global__ void __launch_bounds__(kThreads, 4) csr_spmm_xt_gather(const CsrSpmmP
     row_begin = static_cast<int64_t>(blockIdx.x) * rows_per_block;
     row_end = row_begin + rows_per_block < p.n ? row_begin + rows_per_block : p.n;
   }
+  // Split mode: xt_gather_split_rows may launch now (it waits for this grid before it reads).
+  if (split.head != nullptr) allow_dependent_launch();
   for (int64_t row0 = row_begin; row0 < row_end; row0 += TR) {
     const int R = row_end - row0 < TR ? static_cast<int>(row_end - row0) : TR;
     // The tile's clamped row ranges and their prefix sum, one row per thread (TR <= 32: one warp).
@@ -158,6 +160,9 @@ __global__ void __launch_bounds__(kThreads, 4) csr_spmm_xt_gather(const CsrSpmmP
       if (tid == 0) pre[0] = 0;
     }
     __syncthreads();
+    // Launched during the transpose of x (programmatic dependent launch): the row search and the
+    // tile's set-up above read only the weight; xt is complete once this returns.
+    grid_dependency_wait();
     const int64_t total = pre[R];
     const int64_t part = (total + NG - 1) / NG;  // nonzeros per group (0 for an empty tile)
     const int64_t v0 = static_cast<int64_t>(grp) * part < total ? static_cast<int64_t>(grp) * part : total;
@@ -262,20 +267,35 @@ __global__ void __launch_bounds__(kThreads, 4) csr_spmm_xt_gather(const CsrSpmmP
 template <typename T>
 __global__ void __launch_bounds__(128) xt_gather_split_rows(const CsrSpmmParams p, const T* __restrict__ xt,
                                                             int64_t ldt, const SplitRows split) {
+  grid_dependency_wait();  // launched during csr_spmm_xt_gather (programmatic dependent launch)
+  constexpr int kThreadsFix = 128;
   const int64_t b = blockIdx.x, blocks = gridDim.x;
   const int64_t r = split.tail_row[b];
   if (r < 0) return;
-  int64_t last = b + 1;  // one past the last block holding part of r
-  while (last < blocks && split.head_row[last] == r) ++last;
-  const int64_t per = (p.nnz + blocks - 1) / blocks;
   int64_t rb, e;
   clamped_range(p, r, rb, e);
+  // One past the last block holding part of r. Those blocks are a run b + 1, b + 2, ... (their first
+  // own rows never decrease, nor do their shares), so one count per 128 blocks finds its end.
+  int64_t last = b + 1;
+  for (;;) {
+    const int64_t j = last + threadIdx.x;
+    const int held = __syncthreads_count(j < blocks && split.head_row[j] == r);
+    last += held;
+    if (held < kThreadsFix) break;
+  }
+  const int64_t per = (p.nnz + blocks - 1) / blocks;
   const int64_t covered = last * per < p.nnz ? last * per : p.nnz;  // the end of the last block's share
   const T* __restrict__ vals = static_cast<const T*>(p.values);
   const T* __restrict__ bias = static_cast<const T*>(p.bias);
-  for (int64_t t = threadIdx.x; t < p.m; t += blockDim.x) {
+  for (int64_t t = threadIdx.x; t < p.m; t += kThreadsFix) {
     float acc = split.tail[b * ldt + t];
-    for (int64_t j = b + 1; j < last; ++j) acc += split.head[j * ldt + t];
+    int64_t j = b + 1;
+    for (; j + 4 <= last; j += 4) {  // four loads in flight, added in block order
+      const float h0 = split.head[j * ldt + t], h1 = split.head[(j + 1) * ldt + t];
+      const float h2 = split.head[(j + 2) * ldt + t], h3 = split.head[(j + 3) * ldt + t];
+      acc = acc + h0 + h1 + h2 + h3;
+    }
+    for (; j < last; ++j) acc += split.head[j * ldt + t];
     for (int64_t q = rb > covered ? rb : covered; q < e; ++q) {
       const uint32_t c = static_cast<uint32_t>(p.col_indices[q]);
       if (c < static_cast<uint32_t>(p.k)) acc += bits_f32<T>(raw_bits(vals[q])) * bits_f32<T>(raw_bits(xt[c * ldt + t]));
@@ -302,20 +322,33 @@ int64_t token_tiles_of(int64_t m, int64_t ldt) {
   }
 }
 
+// Launches kernel(args...) on grid x threads, with programmatic dependent launch if `overlap`.
+template <class Kernel, class... Args>
+cudaError_t launch_after(Kernel kernel, dim3 grid, int threads, bool overlap, cudaStream_t stream, Args... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(threads, 1, 1);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1] = {dependent_launch_attribute()};
+  cfg.attrs = attr;
+  cfg.numAttrs = overlap ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, kernel, args...);
+}
+
 template <typename T, int G>
 cudaError_t launch_groups(const CsrSpmmParams& p, const T* xt, int64_t ldt, bool balanced, const SplitRows& split,
-                          cudaStream_t stream) {
-  const int64_t tiles = token_tiles<G, T>(ldt), rows = block_rows(p.n, tiles);
+                          bool overlap, cudaStream_t stream) {
+  const int64_t tiles = token_tiles<G, T>(ldt);
+  const int rows = static_cast<int>(block_rows(p.n, tiles));
   // Balanced: each block takes an equal share of the nonzeros instead of its 8 or 16 rows.
   const dim3 grid(static_cast<unsigned>(grid_blocks(p.n, tiles)),
                   static_cast<unsigned>(tiles < kMaxGridY ? tiles : kMaxGridY));
-  if (balanced)
-    csr_spmm_xt_gather<T, G, true><<<grid, kThreads, 0, stream>>>(p, xt, ldt, static_cast<int>(rows), split);
-  else
-    csr_spmm_xt_gather<T, G, false><<<grid, kThreads, 0, stream>>>(p, xt, ldt, static_cast<int>(rows), split);
-  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess || split.head == nullptr) return e;
-  xt_gather_split_rows<T><<<grid.x, 128, 0, stream>>>(p, xt, ldt, split);
-  return cudaGetLastError();
+  const cudaError_t e = balanced ? launch_after(csr_spmm_xt_gather<T, G, true>, grid, kThreads, overlap, stream, p, xt,
+                                                ldt, rows, split)
+                                 : launch_after(csr_spmm_xt_gather<T, G, false>, grid, kThreads, overlap, stream, p,
+                                                xt, ldt, rows, split);
+  if (e != cudaSuccess || split.head == nullptr) return e;
+  return launch_after(xt_gather_split_rows<T>, dim3(grid.x), 128, overlap, stream, p, xt, ldt, split);
 }
 
 constexpr int64_t align16(int64_t bytes) { return (bytes + 15) / 16 * 16; }
@@ -324,7 +357,7 @@ constexpr int64_t align16(int64_t bytes) { return (bytes + 15) / 16 * 16; }
 constexpr int64_t kSplitMaxTokens = 512;
 
 template <typename T>
-cudaError_t launch_typed(const CsrSpmmParams& p, void* workspace, bool balanced, cudaStream_t stream) {
+cudaError_t launch_typed(const CsrSpmmParams& p, void* workspace, bool balanced, bool overlap, cudaStream_t stream) {
   const int64_t ldt = csr_xt_gather_tokens(p.m, sizeof(T));
   if (cudaError_t e = csr::launch_transpose_x<T>(p.x, p.ldx, p.m, p.k, workspace, ldt, stream); e != cudaSuccess)
     return e;
@@ -339,10 +372,10 @@ cudaError_t launch_typed(const CsrSpmmParams& p, void* workspace, bool balanced,
     split.tail_row = split.head_row + blocks;
   }
   switch (group_lanes<T>(p.m)) {
-    case 2: return launch_groups<T, 2>(p, xt, ldt, balanced, split, stream);
-    case 4: return launch_groups<T, 4>(p, xt, ldt, balanced, split, stream);
-    case 8: return launch_groups<T, 8>(p, xt, ldt, balanced, split, stream);
-    default: return launch_groups<T, 16>(p, xt, ldt, balanced, split, stream);
+    case 2: return launch_groups<T, 2>(p, xt, ldt, balanced, split, overlap, stream);
+    case 4: return launch_groups<T, 4>(p, xt, ldt, balanced, split, overlap, stream);
+    case 8: return launch_groups<T, 8>(p, xt, ldt, balanced, split, overlap, stream);
+    default: return launch_groups<T, 16>(p, xt, ldt, balanced, split, overlap, stream);
   }
 }
 
@@ -371,15 +404,16 @@ int64_t csr_xt_gather_workspace_bytes(int64_t m, int64_t n, int64_t k, CsrType d
   }
 }
 
-cudaError_t launch_csr_spmm_xt_gather(const CsrSpmmParams& p, void* workspace, bool balanced, cudaStream_t stream) {
+cudaError_t launch_csr_spmm_xt_gather(const CsrSpmmParams& p, void* workspace, bool balanced, bool overlap,
+                                      cudaStream_t stream) {
   if (p.m < 0 || p.n < 0 || p.k < 0 || p.nnz < 0 || p.n > 0x7fffffffLL || p.k > 0x7fffffffLL ||
       p.nnz > 0x7fffffffLL || (p.m > 1 && p.ldx < p.k) || workspace == nullptr)
     return cudaErrorInvalidValue;
   if (p.m == 0 || p.n == 0) return cudaSuccess;
   switch (p.dtype) {
-    case CsrType::kF32: return launch_typed<float>(p, workspace, balanced, stream);
-    case CsrType::kF16: return launch_typed<__half>(p, workspace, balanced, stream);
-    default: return launch_typed<__nv_bfloat16>(p, workspace, balanced, stream);
+    case CsrType::kF32: return launch_typed<float>(p, workspace, balanced, overlap, stream);
+    case CsrType::kF16: return launch_typed<__half>(p, workspace, balanced, overlap, stream);
+    default: return launch_typed<__nv_bfloat16>(p, workspace, balanced, overlap, stream);
   }
 }
 

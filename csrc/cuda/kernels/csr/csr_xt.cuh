@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "cuda/kernels/common/launch_overlap.cuh"
+
 namespace nmspmm {
 namespace kernels {
 namespace csr {
@@ -43,9 +45,12 @@ __device__ __forceinline__ void fma_tokens(float (&acc)[kTokensPerLane<T>], cons
 
 // xt[c][t] = x[t][c] for t < m, 0 for m <= t < ldt. 32 x 32 tiles through shared memory; U is the
 // storage type (the bits of the dtype).
+// The kernel after it (csr_spmm_xt_gather, launched with programmatic dependent launch where the
+// binding asks for it) may start at once: it waits for this grid before it reads xt.
 template <typename U>
 __global__ void __launch_bounds__(256) transpose_x(const U* __restrict__ x, int64_t ldx, int64_t m, int64_t k,
                                                    U* __restrict__ xt, int64_t ldt) {
+  allow_dependent_launch();
   __shared__ U tile[32][33];
   const int64_t c0 = static_cast<int64_t>(blockIdx.x) * 32;
   for (int64_t t0 = static_cast<int64_t>(blockIdx.y) * 32; t0 < ldt; t0 += static_cast<int64_t>(gridDim.y) * 32) {
