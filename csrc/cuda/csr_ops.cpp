@@ -7,9 +7,10 @@
 // balanced over blocks and groups; kernels/csr/). Nothing is synchronized, so the call is CUDA-graph
 // capturable.
 #include <c10/cuda/CUDAGuard.h>
-#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/all.h>
+
+#include <atomic>
 
 #include "../ab_switches.h"
 #include "../csr_checks.h"
@@ -17,6 +18,19 @@
 
 namespace nmspmm {
 namespace {
+
+// Whether `device` is sm_90 or newer (programmatic dependent launch), asked once per device.
+bool launches_overlap(int device) {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> major[kMaxDevices] = {};  // 0: not asked yet
+  if (device < 0 || device >= kMaxDevices) return false;
+  int v = major[device].load(std::memory_order_relaxed);
+  if (v == 0) {
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrComputeCapabilityMajor, device));
+    major[device].store(v, std::memory_order_relaxed);
+  }
+  return v >= 9;
+}
 
 kernels::CsrType csr_type(at::ScalarType t) {
   return t == at::kFloat ? kernels::CsrType::kF32 : t == at::kHalf ? kernels::CsrType::kF16 : kernels::CsrType::kBF16;
@@ -70,7 +84,7 @@ at::Tensor csr_spmm_cuda(const at::Tensor& x, const at::Tensor& crow_indices, co
         at::empty({kernels::csr_xt_gather_workspace_bytes(m, out, k, p.dtype, uneven)}, x.options().dtype(at::kByte));
     // The kernels after the transpose of x start while it runs (sm_90): they read the weight's
     // row pointers, which no kernel of this call writes, before they wait for it.
-    const bool overlap = at::cuda::getCurrentDeviceProperties()->major >= 9 && ab_switches().xt_overlap;
+    const bool overlap = launches_overlap(x.get_device()) && ab_switches().xt_overlap;
     err = kernels::launch_csr_spmm_xt_gather(p, ws.data_ptr(), uneven, overlap, stream);
   }
   TORCH_CHECK(err == cudaSuccess, "nmspmm.csr_spmm: kernel ", kernel, " failed for m=", m, " n=", out,
