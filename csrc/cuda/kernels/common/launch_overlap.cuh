@@ -44,22 +44,30 @@ inline cudaLaunchAttribute cluster_attribute(dim3 dims) {
   return a;
 }
 
-// Launches kernel(args...) on ceil(items / 256) blocks of 256 threads (one item per thread), with
-// programmatic dependent launch when `overlap` (the kernel then calls grid_dependency_wait() before
-// reading what the kernel before it writes): the split-K reductions after their split kernels.
+// Launches kernel(args...) on grid x block, with programmatic dependent launch when `overlap` (the
+// kernel then calls grid_dependency_wait() before reading what the kernel before it writes).
 template <class Kernel, class... Args>
-inline cudaError_t launch_items_after(Kernel kernel, int64_t items, bool overlap, cudaStream_t stream, Args... args) {
-  constexpr int kThreads = 256;
-  const int64_t blocks = (items + kThreads - 1) / kThreads;
-  if (blocks > 0x7fffffff) return cudaErrorInvalidConfiguration;
+inline cudaError_t launch_after(Kernel kernel, dim3 grid, dim3 block, bool overlap, cudaStream_t stream,
+                                Args... args) {
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(blocks), 1, 1);
-  cfg.blockDim = dim3(kThreads, 1, 1);
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
   cfg.stream = stream;
   cudaLaunchAttribute attr[1] = {dependent_launch_attribute()};
   cfg.attrs = attr;
   cfg.numAttrs = overlap ? 1 : 0;
   return cudaLaunchKernelEx(&cfg, kernel, args...);
+}
+
+// launch_after on ceil(items / 256) blocks of 256 threads (one item per thread): the split-K
+// reductions after their split kernels.
+template <class Kernel, class... Args>
+inline cudaError_t launch_items_after(Kernel kernel, int64_t items, bool overlap, cudaStream_t stream, Args... args) {
+  constexpr int kThreads = 256;
+  const int64_t blocks = (items + kThreads - 1) / kThreads;
+  if (blocks > 0x7fffffff) return cudaErrorInvalidConfiguration;
+  return launch_after(kernel, dim3(static_cast<unsigned>(blocks), 1, 1), dim3(kThreads, 1, 1), overlap, stream,
+                      args...);
 }
 
 }  // namespace kernels

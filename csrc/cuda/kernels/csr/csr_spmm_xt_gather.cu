@@ -322,19 +322,6 @@ int64_t token_tiles_of(int64_t m, int64_t ldt) {
   }
 }
 
-// Launches kernel(args...) on grid x threads, with programmatic dependent launch if `overlap`.
-template <class Kernel, class... Args>
-cudaError_t launch_after(Kernel kernel, dim3 grid, int threads, bool overlap, cudaStream_t stream, Args... args) {
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = dim3(threads, 1, 1);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1] = {dependent_launch_attribute()};
-  cfg.attrs = attr;
-  cfg.numAttrs = overlap ? 1 : 0;
-  return cudaLaunchKernelEx(&cfg, kernel, args...);
-}
-
 template <typename T, int G>
 cudaError_t launch_groups(const CsrSpmmParams& p, const T* xt, int64_t ldt, bool balanced, const SplitRows& split,
                           bool overlap, cudaStream_t stream) {
@@ -343,12 +330,13 @@ cudaError_t launch_groups(const CsrSpmmParams& p, const T* xt, int64_t ldt, bool
   // Balanced: each block takes an equal share of the nonzeros instead of its 8 or 16 rows.
   const dim3 grid(static_cast<unsigned>(grid_blocks(p.n, tiles)),
                   static_cast<unsigned>(tiles < kMaxGridY ? tiles : kMaxGridY));
-  const cudaError_t e = balanced ? launch_after(csr_spmm_xt_gather<T, G, true>, grid, kThreads, overlap, stream, p, xt,
+  const dim3 block(kThreads);
+  const cudaError_t e = balanced ? launch_after(csr_spmm_xt_gather<T, G, true>, grid, block, overlap, stream, p, xt,
                                                 ldt, rows, split)
-                                 : launch_after(csr_spmm_xt_gather<T, G, false>, grid, kThreads, overlap, stream, p,
-                                                xt, ldt, rows, split);
+                                 : launch_after(csr_spmm_xt_gather<T, G, false>, grid, block, overlap, stream, p, xt,
+                                                ldt, rows, split);
   if (e != cudaSuccess || split.head == nullptr) return e;
-  return launch_after(xt_gather_split_rows<T>, dim3(grid.x), 128, overlap, stream, p, xt, ldt, split);
+  return launch_after(xt_gather_split_rows<T>, dim3(grid.x), dim3(128), overlap, stream, p, xt, ldt, split);
 }
 
 constexpr int64_t align16(int64_t bytes) { return (bytes + 15) / 16 * 16; }
